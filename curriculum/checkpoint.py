@@ -1,0 +1,121 @@
+"""Atomic, verified checkpoints: write to a temporary directory, fsync, rename, move ``latest``.
+
+Layout of ``checkpoints/<name>/``: whatever the writer puts there plus
+``state.json`` (counters) and ``manifest.json`` (size and sha256 of every file),
+written last. A checkpoint whose manifest is missing or does not match is
+skipped on load with a warning naming it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync_tree(root: Path) -> None:
+    for p in sorted(root.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    for d in [root, *[p for p in root.rglob("*") if p.is_dir()]]:
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class CheckpointManager:
+    """Owns ``run_dir/checkpoints``: saving, pruning to ``keep_last``, finding the newest good one."""
+
+    def __init__(self, directory: Path, keep_last: int = 3):
+        self.dir = Path(directory)
+        self.keep_last = keep_last
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def save(self, name: str, write: Callable[[Path], None], state: dict) -> Path:
+        """Call ``write(tmp_dir)``, add state and manifest, then rename into place."""
+        tmp = self.dir / f".tmp-{name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        write(tmp)
+        (tmp / "state.json").write_text(json.dumps(state, indent=1))
+        files = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+                 for p in sorted(tmp.rglob("*")) if p.is_file()}
+        (tmp / MANIFEST).write_text(json.dumps({"name": name, "files": files}, indent=1))
+        _fsync_tree(tmp)
+        final = self.dir / name
+        if final.exists():  # a resumed run rewrites a checkpoint it had already written
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _atomic_write(self.dir / "latest", name + "\n")
+        self._prune()
+        return final
+
+    def names(self) -> list[str]:
+        """Checkpoint names, oldest first (names sort in training order)."""
+        return sorted(p.name for p in self.dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+    def verify(self, path: Path) -> str | None:
+        """None if complete and intact, else what is wrong."""
+        manifest = path / MANIFEST
+        if not manifest.is_file():
+            return "missing manifest.json"
+        try:
+            files = json.loads(manifest.read_text())["files"]
+        except (ValueError, KeyError) as exc:
+            return f"unreadable manifest: {exc}"
+        for rel, meta in files.items():
+            p = path / rel
+            if not p.is_file():
+                return f"missing {rel}"
+            if p.stat().st_size != meta["bytes"]:
+                return f"{rel} has {p.stat().st_size} bytes, manifest says {meta['bytes']}"
+            if _sha256(p) != meta["sha256"]:
+                return f"{rel} does not match its checksum"
+        return None
+
+    def latest(self) -> Path | None:
+        """Newest intact checkpoint; corrupt or incomplete ones are skipped with a warning."""
+        for name in reversed(self.names()):
+            path = self.dir / name
+            problem = self.verify(path)
+            if problem is None:
+                return path
+            log.warning("skipping checkpoint %s: %s", path, problem)
+        return None
+
+    def _prune(self) -> None:
+        for name in self.names()[: -self.keep_last]:
+            shutil.rmtree(self.dir / name, ignore_errors=True)
+        for p in self.dir.glob(".tmp-*"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def read_state(path: Path) -> dict:
+    return json.loads((Path(path) / "state.json").read_text())

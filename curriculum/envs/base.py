@@ -1,0 +1,65 @@
+"""The environment protocol: what a task family must provide to the loop."""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task in flight.
+
+    text: what the solver is shown (canonical form, used for deduplication).
+    answer: the reference answer, canonical string; "" when the environment has
+        no reference and the verifier grades against the majority answer.
+    level: the environment's own difficulty level, 1 (easiest) .. num_levels.
+    """
+
+    text: str
+    answer: str
+    level: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Task":
+        return cls(text=d["text"], answer=d["answer"], level=int(d["level"]))
+
+
+class InvalidProposal(ValueError):
+    """A proposal the environment refuses; ``str(exc)`` is the short reason."""
+
+
+@runtime_checkable
+class Environment(Protocol):
+    """A task family. Register an implementation with ``@register_env("name")``.
+
+    Methods may raise ``InvalidProposal`` from ``parse_proposal``; any other
+    exception raised while parsing model output is also turned into a
+    rejection by the caller, never a crash.
+    """
+
+    num_levels: int
+
+    def challenger_prompt(self) -> str:
+        """The prompt the challenger completes with a proposal."""
+
+    def parse_proposal(self, text: str) -> Task:
+        """Turn challenger output into a grounded Task, or raise InvalidProposal."""
+
+    def format_proposal(self, task: Task) -> str:
+        """The challenger output that would propose ``task`` (for the warm-up)."""
+
+    def solver_prompt(self, task: Task) -> str:
+        """The prompt the solver completes with an answer."""
+
+    def format_answer(self, task: Task) -> str:
+        """The solver output for a correct answer (for the warm-up)."""
+
+    def score(self, task: Task, completion: str) -> float:
+        """Reward in [0, 1] of one solver completion against ``task.answer``."""
+
+    def sample_task(self, level: int, rng: random.Random) -> Task:
+        """A task of the given level from the environment's own generator."""

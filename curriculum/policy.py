@@ -1,0 +1,201 @@
+"""The two roles' models: built from the embedded tiny model or a local path, full or LoRA.
+
+Sharing modes:
+- full fine-tuning: each role owns a copy of the model;
+- LoRA with ``model.share_base``: one frozen base holds two peft adapters,
+  ``challenger`` and ``solver`` (one copy of the weights); the base with
+  adapters disabled is the KL reference, so no third copy exists.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from curriculum.config import Config, OptimConfig
+from curriculum.rl import sequence_logprobs
+
+ROLES = ("challenger", "solver")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Role:
+    """One trainable role: the module it runs, its adapter (if LoRA), optimizer and schedule."""
+
+    name: str
+    model: torch.nn.Module
+    adapter: str | None
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    reference: torch.nn.Module | None = None
+    params: list[torch.nn.Parameter] = field(default_factory=list)
+
+    def activate(self) -> "Role":
+        """Make this role's adapter the active one (no-op for full models)."""
+        if self.adapter is not None:
+            self.model.set_adapter(self.adapter)
+        return self
+
+    @torch.no_grad()
+    def reference_logprobs(self, input_ids, attention_mask, backend: str = "auto"):
+        """Log-probs under the reference policy: base with adapters off, or the frozen copy."""
+        if self.adapter is not None:
+            with self.model.disable_adapter():
+                return sequence_logprobs(self.model, input_ids, attention_mask, backend=backend)[0]
+        if self.reference is None:
+            raise RuntimeError(f"{self.name}: kl_coef > 0 but no reference model was built")
+        return sequence_logprobs(self.reference, input_ids, attention_mask, backend=backend)[0]
+
+    def trainer_state(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_trainer_state(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("run.device=cuda but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def make_optimizer(params, cfg: OptimConfig):
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    warm = cfg.warmup_steps
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+    return opt, sched
+
+
+def load_base(cfg: Config, env, exclude: set[str], progress: bool):
+    """The starting model and tokenizer: a local HF model, or the warmed-up embedded one."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if cfg.model.path:
+        path = Path(cfg.model.path).expanduser()
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        if tokenizer.bos_token_id is None:  # prompts start with bos; reuse eos as a separator
+            tokenizer.bos_token = tokenizer.eos_token
+        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=DTYPES[cfg.model.dtype])
+        return model, tokenizer
+    from curriculum import tiny
+
+    t, w = cfg.model.tiny, cfg.model.warmup
+    payload = {"tiny": vars(t), "warmup": {k: v for k, v in vars(w).items() if k != "cache_dir"},
+               "env": cfg.env.name, "env_kwargs": dict(cfg.env.kwargs), "seed": cfg.run.seed,
+               "eval": [cfg.eval.seed, cfg.eval.per_level], "version": 1}
+
+    def build(tokenizer):
+        torch.manual_seed(cfg.run.seed)
+        model = tiny.build_model(tokenizer, t.hidden_size, t.layers, t.heads, t.max_positions)
+        tiny.warm_up(model, tokenizer, env, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
+                     solver_max_level=min(w.solver_max_level, env.num_levels), seed=cfg.run.seed,
+                     exclude=exclude, progress=progress)
+        return model
+
+    model, tokenizer = tiny.load_or_build(w.cache_dir, payload, build, progress=progress)
+    return model.to(DTYPES[cfg.model.dtype]), tokenizer
+
+
+def build_roles(cfg: Config, base, device: torch.device) -> dict[str, Role]:
+    """Wrap ``base`` into the two roles according to the sharing mode."""
+    needs_ref = any(getattr(cfg, r).loss.kl_coef > 0 for r in ROLES)
+    if cfg.model.gradient_checkpointing:
+        base.gradient_checkpointing_enable()
+    base.to(device)
+    if cfg.model.lora.enabled:
+        return _lora_roles(cfg, base)
+    reference = None
+    if needs_ref:
+        reference = copy.deepcopy(base).eval().requires_grad_(False)
+    roles = {}
+    for i, name in enumerate(ROLES):
+        model = base if i == len(ROLES) - 1 else copy.deepcopy(base)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt, sched = make_optimizer(params, getattr(cfg, name).optim)
+        roles[name] = Role(name, model, None, opt, sched, reference, params)
+    return roles
+
+
+def _lora_config(cfg: Config):
+    from peft import LoraConfig
+
+    lc = cfg.model.lora
+    return LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
+                      target_modules=list(lc.target_modules), task_type="CAUSAL_LM")
+
+
+def _lora_roles(cfg: Config, base) -> dict[str, Role]:
+    from peft import get_peft_model
+
+    bases = [base] if cfg.model.share_base else [base, copy.deepcopy(base)]
+    models = {}
+    for i, name in enumerate(ROLES):
+        b = bases[min(i, len(bases) - 1)]
+        if cfg.model.share_base and i > 0:
+            models[ROLES[0]].add_adapter(name, _lora_config(cfg))
+            models[name] = models[ROLES[0]]
+        else:
+            models[name] = get_peft_model(b, _lora_config(cfg), adapter_name=name)
+    roles = {}
+    for name in ROLES:
+        model = models[name]
+        params = [p for n, p in model.named_parameters() if f".{name}." in n and "lora_" in n]
+        for p in params:
+            p.requires_grad_(True)
+        opt, sched = make_optimizer(params, getattr(cfg, name).optim)
+        roles[name] = Role(name, model, name, opt, sched, None, params)
+    return roles
+
+
+def save_role(role: Role, path: Path, tokenizer) -> None:
+    """Hugging Face / peft format: ``from_pretrained(path)`` loads it directly."""
+    path.mkdir(parents=True, exist_ok=True)
+    if role.adapter is not None:
+        role.model.save_pretrained(path, selected_adapters=[role.adapter])
+    else:
+        role.model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def load_role_weights(role: Role, path: Path) -> None:
+    """Restore a role's weights saved by ``save_role`` (exactly, in place)."""
+    from safetensors.torch import load_file
+
+    if role.adapter is not None:
+        from peft import set_peft_model_state_dict
+
+        files = list(path.rglob("adapter_model.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"no adapter_model.safetensors under {path}")
+        set_peft_model_state_dict(role.model, load_file(files[0]), adapter_name=role.adapter)
+        return
+    state = {}
+    for f in sorted(path.glob("*.safetensors")):
+        state.update(load_file(f))
+    if not state:
+        raise FileNotFoundError(f"no *.safetensors under {path}")
+    missing, unexpected = role.model.load_state_dict(state, strict=False)
+    # Tied embeddings are saved once; anything else missing is a real mismatch.
+    missing = [k for k in missing if not k.endswith("lm_head.weight")]
+    if missing or unexpected:
+        raise RuntimeError(f"{path}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    if getattr(role.model.config, "tie_word_embeddings", False):
+        role.model.tie_weights()
+
+
+def lr_of(role: Role) -> float:
+    return float(role.optimizer.param_groups[0]["lr"])
+
+
+def global_grad_norm(params) -> float:
+    sq = sum(float(p.grad.detach().float().pow(2).sum()) for p in params if p.grad is not None)
+    return math.sqrt(sq)

@@ -1,0 +1,131 @@
+"""The task pool: accepted tasks with difficulty estimates, ageing and frontier sampling."""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import asdict, dataclass
+from typing import Callable, Sequence
+
+from curriculum.envs.base import Task
+
+
+@dataclass
+class PoolEntry:
+    """A task in the pool.
+
+    solve_rate: latest estimate of the solver's success probability.
+    round_added: round in which the task entered; proposal: the challenger text.
+    """
+
+    task: Task
+    solve_rate: float
+    round_added: int
+    proposal: str
+    uses: int = 0
+
+    @property
+    def difficulty(self) -> float:
+        return 1.0 - self.solve_rate
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["task"] = self.task.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PoolEntry":
+        return cls(Task.from_dict(d["task"]), float(d["solve_rate"]), int(d["round_added"]), d["proposal"], int(d["uses"]))
+
+
+SAMPLERS: dict[str, Callable[[Sequence[PoolEntry]], list[float]]] = {}
+
+
+def register_sampler(name: str):
+    """Register ``weights(entries) -> list[float]`` (unnormalised) under ``name``."""
+
+    def wrap(fn):
+        SAMPLERS[name] = fn
+        return fn
+
+    return wrap
+
+
+@register_sampler("uniform")
+def _uniform(entries: Sequence[PoolEntry]) -> list[float]:
+    return [1.0] * len(entries)
+
+
+@register_sampler("frontier")
+def _frontier(entries: Sequence[PoolEntry]) -> list[float]:
+    """Favour tasks solved about half the time, where a GRPO group has most signal."""
+    return [math.exp(-((e.solve_rate - 0.5) ** 2) / (2 * 0.2**2)) for e in entries]
+
+
+class TaskPool:
+    """Deduplicated by task text; holds at most ``capacity`` entries, oldest leave first."""
+
+    def __init__(self, capacity: int, max_age: int, sampler: str = "frontier"):
+        self.capacity = capacity
+        self.max_age = max_age
+        self.sampler = sampler
+        self.entries: dict[str, PoolEntry] = {}
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, entry: PoolEntry) -> bool:
+        """Add a new task; a known text only refreshes its solve rate. Returns True if new."""
+        old = self.entries.pop(entry.task.text, None)
+        if old is not None:
+            old.solve_rate = entry.solve_rate
+            self.entries[entry.task.text] = old
+            return False
+        self.entries[entry.task.text] = entry
+        while len(self.entries) > self.capacity:
+            self.entries.pop(next(iter(self.entries)))
+        return True
+
+    def age_out(self, current_round: int) -> int:
+        """Drop tasks older than ``max_age`` rounds; returns how many left."""
+        stale = [k for k, e in self.entries.items() if current_round - e.round_added >= self.max_age]
+        for k in stale:
+            del self.entries[k]
+        return len(stale)
+
+    def update_solve_rate(self, text: str, rate: float, *, drop_solved: bool = True) -> None:
+        """Refresh a task's estimate from new solver samples; mastered tasks leave."""
+        entry = self.entries.get(text)
+        if entry is None:
+            return
+        entry.solve_rate = rate
+        if drop_solved and rate >= 1.0:
+            del self.entries[text]
+
+    def sample(self, n: int, rng: random.Random) -> list[PoolEntry]:
+        """``n`` entries drawn with the configured sampler (with replacement if the pool is small)."""
+        entries = list(self.entries.values())
+        if not entries or n <= 0:
+            return []
+        weights = SAMPLERS[self.sampler](entries)
+        if len(entries) <= n:
+            picked = entries + rng.choices(entries, weights=weights, k=n - len(entries))
+        else:
+            picked = _weighted_without_replacement(entries, weights, n, rng)
+        for e in picked:
+            e.uses += 1
+        return picked
+
+    def state_dict(self) -> dict:
+        return {"entries": [e.to_dict() for e in self.entries.values()]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.entries = {}
+        for d in state["entries"]:
+            e = PoolEntry.from_dict(d)
+            self.entries[e.task.text] = e
+
+
+def _weighted_without_replacement(items: list, weights: list[float], k: int, rng: random.Random) -> list:
+    # Efraimidis-Spirakis: keys u^(1/w), take the k largest.
+    keyed = sorted(((rng.random() ** (1.0 / max(w, 1e-12)), i) for i, w in enumerate(weights)), reverse=True)
+    return [items[i] for _, i in keyed[:k]]

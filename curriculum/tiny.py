@@ -1,0 +1,134 @@
+"""The embedded default: a character tokenizer and a tiny Llama built in code.
+
+Nothing is downloaded. The model is warmed up for a moment on the environment's
+own generator (``warm_up``) so that both roles know the formats before RL.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import string
+from pathlib import Path
+
+import torch
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
+CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per printable ASCII character, plus pad/bos/eos/unk."""
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
+    core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r".|\n"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
+    )
+
+
+def build_model(tokenizer, hidden_size: int, layers: int, heads: int, max_positions: int) -> LlamaForCausalLM:
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 3,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return LlamaForCausalLM(config)
+
+
+def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, exclude: set[str]) -> list[tuple[str, str]]:
+    """(prompt, completion) pairs: half challenger proposals, half solved tasks.
+
+    Challenger examples span every level, so the challenger can propose what the
+    solver cannot yet do; solver examples stop at ``solver_max_level``.
+    """
+    out = []
+    while len(out) < n:
+        if rng.random() < 0.5:
+            task = env.sample_task(rng.randint(1, env.num_levels), rng)
+            out.append((env.challenger_prompt(), env.format_proposal(task)))
+        else:
+            task = env.sample_task(rng.randint(1, solver_max_level), rng)
+            if task.text in exclude:
+                continue
+            out.append((env.solver_prompt(task), env.format_answer(task)))
+    return out
+
+
+def encode_pairs(tokenizer, pairs: list[tuple[str, str]]):
+    """Right-padded [B, T] ids, attention mask, and a loss mask on completion tokens (+EOS)."""
+    rows, masks = [], []
+    for prompt, completion in pairs:
+        p = [tokenizer.bos_token_id] + tokenizer.encode(prompt, add_special_tokens=False)
+        c = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id]
+        rows.append(p + c)
+        masks.append([0] * len(p) + [1] * len(c))
+    t = max(map(len, rows))
+    ids = torch.full((len(rows), t), tokenizer.pad_token_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), t), dtype=torch.long)
+    loss_mask = torch.zeros((len(rows), t), dtype=torch.long)
+    for i, (r, m) in enumerate(zip(rows, masks)):
+        ids[i, : len(r)] = torch.tensor(r)
+        attn[i, : len(r)] = 1
+        loss_mask[i, : len(m)] = torch.tensor(m)
+    return ids, attn, loss_mask
+
+
+def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, solver_max_level: int,
+            seed: int, exclude: set[str], progress: bool = False) -> list[float]:
+    """Supervised steps on generator examples; returns the loss curve."""
+    from tqdm.auto import tqdm
+
+    rng = random.Random(f"warmup:{seed}")
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50) * max(0.1, 1 - s / max(1, steps)))
+    model.train()
+    losses = []
+    for _ in tqdm(range(steps), desc="warm-up", disable=not progress, leave=False):
+        ids, attn, loss_mask = encode_pairs(tokenizer, warmup_examples(env, rng, batch_size, solver_max_level, exclude))
+        labels = ids.masked_fill(loss_mask == 0, -100)
+        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+def cache_key(payload: dict) -> str:
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def load_or_build(cache_dir: str, payload: dict, build, progress: bool = False):
+    """Build the warmed-up model, or load it from ``cache_dir/<hash of payload>``."""
+    tokenizer = build_tokenizer()
+    path = Path(cache_dir).expanduser() / f"tiny-{cache_key(payload)}" if cache_dir else None
+    if path is not None and (path / "done").exists():
+        return LlamaForCausalLM.from_pretrained(path), tokenizer
+    model = build(tokenizer)
+    if path is not None:
+        tmp = path.with_name(path.name + f".tmp{random.getrandbits(32)}")
+        model.save_pretrained(tmp)
+        (tmp / "done").write_text(json.dumps(payload))
+        try:
+            tmp.rename(path)
+        except OSError:  # another process won the race; theirs is the same model
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    return model, tokenizer

@@ -1,0 +1,357 @@
+"""The self-play loop. One method per phase of a round, in the order of the paper:
+
+propose -> probe -> reward -> update challenger -> fill pool -> update solver
+-> evaluate -> checkpoint.
+
+Every random draw is seeded from (run.seed, round, phase, step), so a round's
+outcome depends only on the state at its start: a run resumed from a round
+checkpoint continues exactly as an uninterrupted one would.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from challenger.proposals import Parsed, parse_proposals
+from challenger.rewards import challenger_rewards, repetition_penalty
+from curriculum.checkpoint import CheckpointManager, read_state
+from curriculum.config import Config, to_yaml
+from curriculum.envs import Task, benchmark, make_env
+from curriculum.grpo import grpo_update
+from curriculum.monitor import Monitor
+from curriculum.policy import ROLES, build_roles, load_base, load_role_weights, resolve_device, save_role
+from curriculum.pool import PoolEntry, TaskPool
+from curriculum.rollout import Completion, generate, pack
+from solver.verifier import score_all, solve_rate
+
+log = logging.getLogger("selfplay")
+
+
+def derive_seed(*parts) -> int:
+    """A 63-bit seed from any tuple of parts (stable across processes and Python versions)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def quantiles(values: list[float], prefix: str) -> dict[str, float]:
+    if not values:
+        return {}
+    t = torch.tensor(values, dtype=torch.float64)
+    qs = torch.quantile(t, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
+    return {f"{prefix}_mean": float(t.mean()), f"{prefix}_p10": qs[0], f"{prefix}_p50": qs[1], f"{prefix}_p90": qs[2]}
+
+
+@dataclasses.dataclass
+class Probe:
+    """Solve rate of one proposal under the frozen solver (None if the proposal was rejected)."""
+
+    parsed: Parsed
+    solve_rate: float | None
+
+
+class SelfPlayTrainer:
+    def __init__(self, cfg: Config, *, resume: bool = False):
+        self.cfg = cfg
+        self.run_dir = Path(cfg.run.dir)
+        (self.run_dir / "tasks").mkdir(parents=True, exist_ok=True)
+        if cfg.run.threads > 0:
+            torch.set_num_threads(cfg.run.threads)
+        torch.use_deterministic_algorithms(cfg.run.deterministic, warn_only=True)
+        seed_everything(cfg.run.seed)
+        self.progress = cfg.log.progress
+        self.device = resolve_device(cfg.run.device)
+        self.env = make_env(cfg.env.name, **cfg.env.kwargs)
+        self.benchmark = benchmark(self.env, cfg.eval.seed, cfg.eval.per_level)
+        self.held_out = {t.text for t in self.benchmark}
+        base, self.tokenizer = load_base(cfg, self.env, self.held_out, self.progress)
+        self.roles = build_roles(cfg, base, self.device)
+        self.pool = TaskPool(cfg.curriculum.pool_capacity, cfg.curriculum.max_age, cfg.curriculum.sampler)
+        self.ckpt = CheckpointManager(self.run_dir / "checkpoints", cfg.checkpoint.keep_last)
+        self.round = 0
+        self.steps = {r: 0 for r in ROLES}
+        self.task_log: list[dict] = []
+        wandb_id, keep_lines = None, None
+        if resume:
+            wandb_id, keep_lines = self._restore()
+        else:
+            (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
+        self.monitor = Monitor(self.run_dir, config=dataclasses.asdict(cfg), wandb_mode=cfg.wandb.mode,
+                               project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name,
+                               wandb_id=wandb_id, keep_lines=keep_lines)
+
+    # ---------------------------------------------------------------- the loop
+
+    def train(self) -> None:
+        try:
+            if self.round == 0:
+                self.evaluate(0)
+                self.save_checkpoint(0)
+            for r in range(self.round + 1, self.cfg.train.rounds + 1):
+                self.run_round(r)
+        finally:
+            self.monitor.close()
+
+    def run_round(self, r: int) -> None:
+        t0 = time.time()
+        self.task_log = []
+        self.pool.age_out(r)
+        if self.cfg.curriculum.mode == "selfplay":
+            for step in range(self.cfg.challenger.steps):
+                probes = self.probe(self.propose(r, "challenger", step, self._challenger_batch()), r, "probe", step)
+                self.update_challenger(r, step, probes)
+            self.fill_pool(r)
+        for step in range(self.cfg.solver.steps):
+            self.update_solver(r, step)
+        self.write_task_log(r)
+        self.evaluate(r)
+        self.monitor.log({"time/round_s": time.time() - t0}, round=r, phase="round")
+        self.save_checkpoint(r)
+
+    # ---------------------------------------------------------------- phases
+
+    def _challenger_batch(self) -> int:
+        return self.cfg.challenger.batch_prompts * self.cfg.challenger.group_size
+
+    def propose(self, r: int, phase: str, step: int, n: int) -> list[tuple[Completion, Parsed]]:
+        """Generation: the challenger samples ``n`` proposals; the environment parses each."""
+        sc = self.cfg.challenger.sampling
+        role = self.roles["challenger"].activate()
+        prompts = [self.env.challenger_prompt()] * n
+        comps = generate(role.model, self.tokenizer, prompts, max_new_tokens=sc.max_new_tokens,
+                         temperature=sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size,
+                         seed=derive_seed(self.cfg.run.seed, r, phase, step), desc=f"propose r{r}",
+                         progress=self.progress)
+        parsed = parse_proposals([c.text for c in comps], self.env.parse_proposal, finished=[c.finished for c in comps])
+        return list(zip(comps, parsed))
+
+    def probe(self, proposals, r: int, phase: str, step: int) -> list[tuple[Completion, Probe]]:
+        """Probing: the frozen solver answers each distinct valid task m times; p = mean score."""
+        m = self.cfg.curriculum.probe_samples
+        tasks = {}
+        for _, p in proposals:
+            if p.valid:
+                tasks.setdefault(p.task.text, p.task)
+        rates = self._solve_rates(list(tasks.values()), m, derive_seed(self.cfg.run.seed, r, phase, step))
+        return [(c, Probe(p, rates[p.task.text] if p.valid else None)) for c, p in proposals]
+
+    def _solve_rates(self, tasks: list[Task], m: int, seed: int) -> dict[str, float]:
+        if not tasks:
+            return {}
+        comps = self._answer(tasks, m, seed, desc="probe")
+        return {t.text: solve_rate(self._scores(t, comps[i * m : (i + 1) * m])) for i, t in enumerate(tasks)}
+
+    def _answer(self, tasks: list[Task], m: int, seed: int, desc: str) -> list[Completion]:
+        sc = self.cfg.solver.sampling
+        role = self.roles["solver"].activate()
+        prompts = [self.env.solver_prompt(t) for t in tasks for _ in range(m)]
+        return generate(role.model, self.tokenizer, prompts, max_new_tokens=sc.max_new_tokens,
+                        temperature=sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size, seed=seed,
+                        desc=desc, progress=self.progress)
+
+    def _scores(self, task: Task, comps: list[Completion]) -> list[float]:
+        return [s if c.finished else 0.0 for s, c in zip(score_all(lambda x: self.env.score(task, x), [c.text for c in comps]), comps)]
+
+    def update_challenger(self, r: int, step: int, probes: list[tuple[Completion, Probe]]) -> None:
+        """Reward = gate x (frontier(p) - lambda x repetition); one GRPO step on the challenger."""
+        rc = self.cfg.reward
+        valid_b = torch.tensor([pr.parsed.valid for _, pr in probes])
+        p_b = torch.tensor([pr.solve_rate if pr.solve_rate is not None else 0.0 for _, pr in probes])
+        rep_b = repetition_penalty([pr.parsed.task.text if pr.parsed.valid else c.text for c, pr in probes],
+                                   rc.repetition_threshold)
+        reward_b, rstats = challenger_rewards(valid_b, p_b, rep_b, frontier=rc.frontier,
+                                              repetition_coef=rc.repetition_coef, invalid_reward=rc.invalid)
+        g = self.cfg.challenger.group_size
+        rollout = pack([c for c, _ in probes], reward_b.tolist(), [i // g for i in range(len(probes))],
+                       self.tokenizer.pad_token_id)
+        stats = self._update("challenger", rollout, r, step)
+        levels = [pr.parsed.task.level for _, pr in probes if pr.parsed.valid]
+        rates = [pr.solve_rate for _, pr in probes if pr.parsed.valid]
+        reasons: dict[str, int] = {}
+        for _, pr in probes:
+            if not pr.parsed.valid:
+                key = pr.parsed.reason.split(":")[0]
+                reasons[key] = reasons.get(key, 0) + 1
+        stats.update({f"challenger/{k}": v for k, v in rstats.items()})
+        stats["challenger/unique_fraction"] = len({c.text for c, _ in probes}) / max(1, len(probes))
+        stats["challenger/level_mean"] = float(np.mean(levels)) if levels else 0.0
+        stats["challenger/solve_rate_mean"] = float(np.mean(rates)) if rates else 0.0
+        stats.update({f"challenger/rejected/{k}": v / len(probes) for k, v in sorted(reasons.items())})
+        self.monitor.log(stats, round=r, phase="update_challenger")
+        self._record_tasks(r, f"challenger_step_{step}", probes, reward_b.tolist(), accepted=None)
+
+    def fill_pool(self, r: int) -> None:
+        """Curriculum: fresh proposals from the updated challenger; those in the band join the pool."""
+        cc = self.cfg.curriculum
+        probes = self.probe(self.propose(r, "fill", 0, cc.fill_proposals), r, "fill_probe", 0)
+        accepted_levels, accepted_rates, accepted = [], [], []
+        for c, pr in probes:
+            ok = (pr.parsed.valid and cc.band_low <= pr.solve_rate <= cc.band_high
+                  and pr.parsed.task.text not in self.held_out)
+            accepted.append(ok)
+            if ok and self.pool.add(PoolEntry(pr.parsed.task, pr.solve_rate, r, c.text)):
+                accepted_levels.append(pr.parsed.task.level)
+                accepted_rates.append(pr.solve_rate)
+        valid = [pr for _, pr in probes if pr.parsed.valid]
+        stats = {
+            "curriculum/proposals": len(probes),
+            "curriculum/valid_fraction": len(valid) / max(1, len(probes)),
+            "curriculum/accepted": len(accepted_levels),
+            "curriculum/accepted_fraction": len(accepted_levels) / max(1, len(probes)),
+            "curriculum/held_out_collisions": sum(pr.parsed.valid and pr.parsed.task.text in self.held_out for _, pr in probes),
+            "curriculum/pool_size": len(self.pool),
+            "curriculum/accepted_level_mean": float(np.mean(accepted_levels)) if accepted_levels else 0.0,
+        }
+        stats.update(quantiles([1 - p for p in accepted_rates], "curriculum/accepted_difficulty"))
+        stats.update(quantiles([e.difficulty for e in self.pool.entries.values()], "curriculum/pool_difficulty"))
+        stats.update(quantiles([float(e.task.level) for e in self.pool.entries.values()], "curriculum/pool_level"))
+        self.monitor.log(stats, round=r, phase="fill_pool")
+        self._record_tasks(r, "fill", probes, None, accepted=accepted)
+
+    def _solver_tasks(self, r: int, step: int) -> list[Task]:
+        n = self.cfg.solver.batch_prompts
+        rng = random.Random(derive_seed(self.cfg.run.seed, r, "solver_tasks", step))
+        if self.cfg.curriculum.mode == "uniform":
+            tasks = []
+            while len(tasks) < n:
+                t = self.env.sample_task(rng.randint(1, self.env.num_levels), rng)
+                if t.text not in self.held_out:
+                    tasks.append(t)
+            return tasks
+        return [e.task for e in self.pool.sample(n, rng)]
+
+    def update_solver(self, r: int, step: int) -> None:
+        """Execution + update: G answers per pool task, verifier scores, one GRPO step."""
+        tasks = self._solver_tasks(r, step)
+        if not tasks:
+            self.monitor.log({"solver/skipped": 1}, round=r, phase="update_solver")
+            return
+        g = self.cfg.solver.group_size
+        comps = self._answer(tasks, g, derive_seed(self.cfg.run.seed, r, "solver", step), desc=f"solve r{r}")
+        rewards, rates = [], []
+        for i, t in enumerate(tasks):
+            s = self._scores(t, comps[i * g : (i + 1) * g])
+            rewards += s
+            rates.append(solve_rate(s))
+            if self.cfg.curriculum.mode == "selfplay":
+                self.pool.update_solve_rate(t.text, rates[-1])
+        rollout = pack(comps, rewards, [i // g for i in range(len(comps))], self.tokenizer.pad_token_id)
+        stats = self._update("solver", rollout, r, step)
+        stats["solver/task_level_mean"] = float(np.mean([t.level for t in tasks]))
+        stats["solver/solved_all_fraction"] = float(np.mean([x == 1.0 for x in rates]))
+        stats["solver/solved_none_fraction"] = float(np.mean([x == 0.0 for x in rates]))
+        stats["curriculum/pool_size"] = len(self.pool)
+        self.monitor.log(stats, round=r, phase="update_solver")
+
+    def _update(self, name: str, rollout, r: int, step: int) -> dict[str, float]:
+        rc = getattr(self.cfg, name)
+        t0 = time.time()
+        stats = grpo_update(self.roles[name], rollout, rc.loss, grad_clip=rc.optim.grad_clip,
+                            backend=self.cfg.rl.backend, seed=derive_seed(self.cfg.run.seed, r, name, "minibatch", step))
+        self.steps[name] += int(stats.pop("optimizer_steps"))
+        out = {f"{name}/{k}": v for k, v in stats.items()}
+        out[f"{name}/steps"] = self.steps[name]
+        out[f"time/{name}_update_s"] = time.time() - t0
+        return out
+
+    def evaluate(self, r: int) -> dict[str, float]:
+        """Held-out benchmark, greedy decoding, accuracy overall and per level."""
+        t0 = time.time()
+        results = evaluate_solver(self.roles["solver"], self.tokenizer, self.env, self.benchmark,
+                                  self.cfg.eval.max_new_tokens, self.cfg.solver.sampling.batch_size)
+        results["time/eval_s"] = time.time() - t0
+        self.monitor.log(results, round=r, phase="eval")
+        return results
+
+    # ---------------------------------------------------------------- records
+
+    def _record_tasks(self, r: int, phase: str, probes, rewards, accepted) -> None:
+        for i, (c, pr) in enumerate(probes):
+            self.task_log.append({
+                "round": r, "phase": phase, "text": c.text, "finished": c.finished,
+                "task": pr.parsed.task.to_dict() if pr.parsed.valid else None,
+                "rejected": None if pr.parsed.valid else pr.parsed.reason,
+                "solve_rate": pr.solve_rate,
+                "reward": None if rewards is None else rewards[i],
+                "accepted": None if accepted is None else accepted[i],
+            })
+
+    def write_task_log(self, r: int) -> None:
+        path = self.run_dir / "tasks" / f"round_{r:04d}.jsonl"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(rec) + "\n" for rec in self.task_log))
+        tmp.replace(path)
+        k = self.cfg.log.samples
+        rows = [[rec["round"], rec["phase"], rec["text"], rec["rejected"] or "", rec["solve_rate"], rec["accepted"]]
+                for rec in self.task_log if rec["phase"] == "fill"][:k]
+        self.monitor.table("samples/proposals", ["round", "phase", "proposal", "rejected", "solve_rate", "accepted"],
+                           rows, round=r)
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def save_checkpoint(self, r: int) -> Path:
+        self.round = r
+        state = {
+            "round": r, "steps": self.steps, "wandb_id": self.monitor.wandb_id, "metrics_lines": self.monitor.lines,
+            "config_sha": hashlib.sha256(to_yaml(self.cfg).encode()).hexdigest(), "finished": r >= self.cfg.train.rounds,
+            "time": time.time(),
+        }
+        self.monitor.flush()
+
+        def write(tmp: Path) -> None:
+            for name, role in self.roles.items():
+                save_role(role, tmp / name, self.tokenizer)
+                torch.save(role.trainer_state(), tmp / f"{name}_optim.pt")
+            torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, tmp / "rng.pt")
+            (tmp / "pool.json").write_text(json.dumps(self.pool.state_dict()))
+
+        return self.ckpt.save(f"round_{r:04d}", write, state)
+
+    def _restore(self) -> tuple[str | None, int]:
+        path = self.ckpt.latest()
+        if path is None:
+            raise FileNotFoundError(f"no complete checkpoint under {self.ckpt.dir}")
+        log.info("resuming from %s", path)
+        state = read_state(path)
+        for name, role in self.roles.items():
+            load_role_weights(role, path / name)
+            role.load_trainer_state(torch.load(path / f"{name}_optim.pt", weights_only=False))
+        rng = torch.load(path / "rng.pt", weights_only=False)
+        random.setstate(rng["python"])
+        np.random.set_state(rng["numpy"])
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        self.pool.load_state_dict(json.loads((path / "pool.json").read_text()))
+        self.round = int(state["round"])
+        self.steps = {k: int(v) for k, v in state["steps"].items()}
+        return state.get("wandb_id"), int(state["metrics_lines"])
+
+
+@torch.no_grad()
+def evaluate_solver(role, tokenizer, env, tasks: list[Task], max_new_tokens: int, batch_size: int) -> dict[str, float]:
+    role.activate()
+    comps = generate(role.model, tokenizer, [env.solver_prompt(t) for t in tasks], max_new_tokens=max_new_tokens,
+                     greedy=True, batch_size=batch_size)
+    correct: dict[int, list[float]] = {}
+    for t, c in zip(tasks, comps):
+        s = score_all(lambda x: env.score(t, x), [c.text])[0] if c.finished else 0.0
+        correct.setdefault(t.level, []).append(s)
+    out = {"eval/accuracy": float(np.mean([s for v in correct.values() for s in v]))}
+    for level in sorted(correct):
+        out[f"eval/accuracy/tier_{level}"] = float(np.mean(correct[level]))
+    return out
