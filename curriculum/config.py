@@ -71,6 +71,8 @@ class WarmupConfig:
     lr: float = 3e-3
     # Solver examples come from levels 1..solver_max_level (the rest must be learned by RL).
     solver_max_level: int = 3
+    # Share of warm-up examples that teach the challenger's proposal format.
+    challenger_fraction: float = 0.5
     # Directory caching warmed-up models by config hash; empty string disables the cache.
     cache_dir: str = "~/.cache/selfplay"
 
@@ -205,6 +207,8 @@ class EvalConfig:
 class CheckpointConfig:
     # Complete checkpoints kept (older ones are deleted).
     keep_last: int = 3
+    # Also checkpoint inside a round every K steps (challenger/fill/solver stages); 0 = round ends only.
+    every_steps: int = 0
 
 
 @dataclass
@@ -396,6 +400,7 @@ def validate(cfg: Config) -> None:
     need(cfg.model.dtype in ("float32", "bfloat16", "float16"), f"model.dtype {cfg.model.dtype!r}; choose float32, bfloat16 or float16")
     need(cfg.rl.backend in ("auto", "torch", "triton"), f"rl.backend {cfg.rl.backend!r}; choose auto, torch or triton")
     need(cfg.wandb.mode in ("offline", "online", "disabled"), f"wandb.mode {cfg.wandb.mode!r}; choose offline, online or disabled")
+    need(cfg.checkpoint.every_steps >= 0, f"checkpoint.every_steps ({cfg.checkpoint.every_steps}) must be >= 0")
     need(cfg.checkpoint.keep_last >= 1, f"checkpoint.keep_last ({cfg.checkpoint.keep_last}) must be >= 1")
     for role in ("challenger", "solver"):
         rc: RoleConfig = getattr(cfg, role)
@@ -415,6 +420,8 @@ def validate(cfg: Config) -> None:
              f"{role}.loss.minibatch_size ({mb}) must divide batch_prompts*group_size ({batch}) and be a multiple of group_size ({rc.group_size})")
     if cfg.model.path:
         need(Path(cfg.model.path).expanduser().is_dir(), f"model.path {cfg.model.path!r} is not a local directory (nothing is downloaded)")
+    need(0.0 <= cfg.model.warmup.challenger_fraction <= 1.0,
+         f"model.warmup.challenger_fraction ({cfg.model.warmup.challenger_fraction}) must be in [0, 1]")
     need(cfg.model.warmup.solver_max_level >= 1, f"model.warmup.solver_max_level ({cfg.model.warmup.solver_max_level}) must be >= 1")
 
 

@@ -98,7 +98,7 @@ def load_base(cfg: Config, env, exclude: set[str], progress: bool):
         model = tiny.build_model(tokenizer, t.hidden_size, t.layers, t.heads, t.max_positions)
         tiny.warm_up(model, tokenizer, env, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
                      solver_max_level=min(w.solver_max_level, env.num_levels), seed=cfg.run.seed,
-                     exclude=exclude, progress=progress)
+                     exclude=exclude, challenger_fraction=w.challenger_fraction, progress=progress)
         return model
 
     model, tokenizer = tiny.load_or_build(w.cache_dir, payload, build, progress=progress)
@@ -158,6 +158,9 @@ def _lora_roles(cfg: Config, base) -> dict[str, Role]:
 
 def save_role(role: Role, path: Path, tokenizer) -> None:
     """Hugging Face / peft format: ``from_pretrained(path)`` loads it directly."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar per shard per checkpoint is noise
     path.mkdir(parents=True, exist_ok=True)
     if role.adapter is not None:
         role.model.save_pretrained(path, selected_adapters=[role.adapter])

@@ -47,15 +47,16 @@ def build_model(tokenizer, hidden_size: int, layers: int, heads: int, max_positi
     return LlamaForCausalLM(config)
 
 
-def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, exclude: set[str]) -> list[tuple[str, str]]:
-    """(prompt, completion) pairs: half challenger proposals, half solved tasks.
+def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, exclude: set[str],
+                    challenger_fraction: float = 0.5) -> list[tuple[str, str]]:
+    """(prompt, completion) pairs: proposals (``challenger_fraction``) and solved tasks.
 
     Challenger examples span every level, so the challenger can propose what the
     solver cannot yet do; solver examples stop at ``solver_max_level``.
     """
     out = []
     while len(out) < n:
-        if rng.random() < 0.5:
+        if rng.random() < challenger_fraction:
             task = env.sample_task(rng.randint(1, env.num_levels), rng)
             out.append((env.challenger_prompt(), env.format_proposal(task)))
         else:
@@ -86,7 +87,7 @@ def encode_pairs(tokenizer, pairs: list[tuple[str, str]]):
 
 
 def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, solver_max_level: int,
-            seed: int, exclude: set[str], progress: bool = False) -> list[float]:
+            seed: int, exclude: set[str], challenger_fraction: float = 0.5, progress: bool = False) -> list[float]:
     """Supervised steps on generator examples; returns the loss curve."""
     from tqdm.auto import tqdm
 
@@ -97,7 +98,7 @@ def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, so
     model.train()
     losses = []
     for _ in tqdm(range(steps), desc="warm-up", disable=not progress, leave=False):
-        ids, attn, loss_mask = encode_pairs(tokenizer, warmup_examples(env, rng, batch_size, solver_max_level, exclude))
+        ids, attn, loss_mask = encode_pairs(tokenizer, warmup_examples(env, rng, batch_size, solver_max_level, exclude, challenger_fraction))
         labels = ids.masked_fill(loss_mask == 0, -100)
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
         loss.backward()

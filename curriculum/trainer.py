@@ -13,12 +13,16 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import random
+import signal
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from challenger.proposals import Parsed, parse_proposals
 from challenger.rewards import challenger_rewards, repetition_penalty
@@ -55,6 +59,33 @@ def quantiles(values: list[float], prefix: str) -> dict[str, float]:
     return {f"{prefix}_mean": float(t.mean()), f"{prefix}_p10": qs[0], f"{prefix}_p50": qs[1], f"{prefix}_p90": qs[2]}
 
 
+class StopOnSignal:
+    """First SIGTERM/SIGINT: ask the loop to checkpoint after the current step. Second: exit now."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.requested = False
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            log.error("second signal: exiting without a checkpoint")
+            os._exit(128 + signum)
+        self.requested = True
+        log.warning("signal %s: finishing the current step, then writing a checkpoint", signal.Signals(signum).name)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for s, h in self._previous.items():
+            signal.signal(s, h)
+        return False
+
+
 @dataclasses.dataclass
 class Probe:
     """Solve rate of one proposal under the frozen solver (None if the proposal was rejected)."""
@@ -81,7 +112,10 @@ class SelfPlayTrainer:
         self.roles = build_roles(cfg, base, self.device)
         self.pool = TaskPool(cfg.curriculum.pool_capacity, cfg.curriculum.max_age, cfg.curriculum.sampler)
         self.ckpt = CheckpointManager(self.run_dir / "checkpoints", cfg.checkpoint.keep_last)
-        self.round = 0
+        self.round = 0  # rounds completed
+        self.stage = 0  # stages of round self.round + 1 completed
+        self.last_checkpoint: Path | None = None
+        self.stop = StopOnSignal()
         self.steps = {r: 0 for r in ROLES}
         self.task_log: list[dict] = []
         wandb_id, keep_lines = None, None
@@ -96,30 +130,57 @@ class SelfPlayTrainer:
     # ---------------------------------------------------------------- the loop
 
     def train(self) -> None:
-        try:
-            if self.round == 0:
-                self.evaluate(0)
-                self.save_checkpoint(0)
-            for r in range(self.round + 1, self.cfg.train.rounds + 1):
-                self.run_round(r)
-        finally:
-            self.monitor.close()
+        """Run rounds until ``train.rounds``; SIGTERM/SIGINT checkpoint after the current step and return."""
+        with StopOnSignal() as self.stop:
+            try:
+                if self.round == 0 and self.stage == 0:
+                    self.evaluate(0)
+                    self.save_checkpoint()
+                first = self.round + 1
+                for r in tqdm(range(first, self.cfg.train.rounds + 1), desc="rounds", initial=self.round,
+                              total=self.cfg.train.rounds, disable=not self.progress):
+                    if not self.run_round(r):
+                        log.warning("stopped by signal; checkpoint %s written, resume with "
+                                    "`selfplay train --resume %s`", self.last_checkpoint, self.run_dir)
+                        return
+            finally:
+                self.monitor.close()
 
-    def run_round(self, r: int) -> None:
-        t0 = time.time()
-        self.task_log = []
-        self.pool.age_out(r)
+    def stages(self) -> list[tuple[str, int]]:
+        """The round as a list of (phase, step); a checkpoint may fall between any two."""
+        out: list[tuple[str, int]] = []
         if self.cfg.curriculum.mode == "selfplay":
-            for step in range(self.cfg.challenger.steps):
+            out += [("challenger", i) for i in range(self.cfg.challenger.steps)] + [("fill", 0)]
+        return out + [("solver", i) for i in range(self.cfg.solver.steps)]
+
+    def run_round(self, r: int) -> bool:
+        """Round ``r`` from stage ``self.stage`` on. Returns False if a signal stopped it."""
+        t0 = time.time()
+        if self.stage == 0:
+            self.task_log = []
+            self.pool.age_out(r)
+        stages = self.stages()
+        every = self.cfg.checkpoint.every_steps
+        for k in range(self.stage, len(stages)):
+            phase, step = stages[k]
+            if phase == "challenger":
                 probes = self.probe(self.propose(r, "challenger", step, self._challenger_batch()), r, "probe", step)
                 self.update_challenger(r, step, probes)
-            self.fill_pool(r)
-        for step in range(self.cfg.solver.steps):
-            self.update_solver(r, step)
+            elif phase == "fill":
+                self.fill_pool(r)
+            else:
+                self.update_solver(r, step)
+            self.stage = k + 1
+            if self.stop.requested or (every > 0 and self.stage % every == 0 and self.stage < len(stages)):
+                self.save_checkpoint(r - 1)
+                if self.stop.requested:
+                    return False
         self.write_task_log(r)
         self.evaluate(r)
         self.monitor.log({"time/round_s": time.time() - t0}, round=r, phase="round")
+        self.stage = 0
         self.save_checkpoint(r)
+        return not self.stop.requested
 
     # ---------------------------------------------------------------- phases
 
@@ -302,11 +363,13 @@ class SelfPlayTrainer:
 
     # ---------------------------------------------------------------- checkpoints
 
-    def save_checkpoint(self, r: int) -> Path:
-        self.round = r
+    def save_checkpoint(self, r: int | None = None) -> Path:
+        """Everything the run's future depends on, after round ``r`` plus ``self.stage`` stages."""
+        self.round = self.round if r is None else r
+        r = self.round
         state = {
-            "round": r, "steps": self.steps, "wandb_id": self.monitor.wandb_id, "metrics_lines": self.monitor.lines,
-            "config_sha": hashlib.sha256(to_yaml(self.cfg).encode()).hexdigest(), "finished": r >= self.cfg.train.rounds,
+            "round": r, "stage": self.stage, "steps": self.steps, "wandb_id": self.monitor.wandb_id, "metrics_lines": self.monitor.lines,
+            "config_sha": hashlib.sha256(to_yaml(self.cfg).encode()).hexdigest(), "finished": r >= self.cfg.train.rounds and self.stage == 0,
             "time": time.time(),
         }
         self.monitor.flush()
@@ -318,8 +381,12 @@ class SelfPlayTrainer:
             torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, tmp / "rng.pt")
             (tmp / "pool.json").write_text(json.dumps(self.pool.state_dict()))
+            (tmp / "round_tasks.json").write_text(json.dumps(self.task_log))
 
-        return self.ckpt.save(f"round_{r:04d}", write, state)
+        # "round_0002" < "round_0002+003" (3 stages into round 3) < "round_0003": names sort in run order.
+        name = f"round_{r:04d}" + (f"+{self.stage:03d}" if self.stage else "")
+        self.last_checkpoint = self.ckpt.save(name, write, state)
+        return self.last_checkpoint
 
     def _restore(self) -> tuple[str | None, int]:
         path = self.ckpt.latest()
@@ -337,7 +404,9 @@ class SelfPlayTrainer:
         if rng["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
         self.pool.load_state_dict(json.loads((path / "pool.json").read_text()))
+        self.task_log = json.loads((path / "round_tasks.json").read_text())
         self.round = int(state["round"])
+        self.stage = int(state["stage"])
         self.steps = {k: int(v) for k, v in state["steps"].items()}
         return state.get("wandb_id"), int(state["metrics_lines"])
 

@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from typing import Callable, Sequence
 
-_INT = re.compile(r"^\s*([+-]?\d+)\s*$")
+_INT = re.compile(r"^\s*([+-]?[0-9]+)\s*$")
 
 
 def extract_int(completion: str) -> int | None:

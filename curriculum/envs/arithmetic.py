@@ -28,7 +28,7 @@ class Arithmetic:
         self.num_levels = num_levels
         self.max_digits = max_digits
         self.operators = operators
-        number = rf"\d{{1,{max_digits}}}"
+        number = rf"[0-9]{{1,{max_digits}}}"  # ASCII digits only: \d admits any script
         ops = re.escape(operators)
         self._grammar = re.compile(rf"{number}(?:[{ops}]{number})+")
 

@@ -1,0 +1,42 @@
+"""The README's config-key table, generated from the dataclasses (the single source of truth).
+
+    python scripts/config_table.py                    # print it
+    python scripts/config_table.py --write README.md  # replace the table between its markers
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from curriculum.config import Config, _flatten, valid_keys
+
+START, END = "<!-- config-table:start -->", "<!-- config-table:end -->"
+
+
+def table() -> str:
+    defaults = _flatten(OmegaConf.to_container(OmegaConf.structured(Config)))
+    rows = ["| key | default | meaning |", "|---|---|---|"]
+    for key, doc in valid_keys().items():
+        value = defaults.get(key)
+        shown = "`" + (repr(value) if isinstance(value, str) else str(value)) + "`"
+        rows.append(f"| `{key}` | {shown} | {doc} |")
+    return "\n".join(rows)
+
+
+def write(path: Path) -> None:
+    text = path.read_text()
+    block = f"{START}\n{table()}\n{END}"
+    new, n = re.subn(re.escape(START) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+    if n != 1:
+        raise SystemExit(f"{path}: expected one {START} ... {END} block, found {n}")
+    path.write_text(new)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--write":
+        write(Path(sys.argv[2]))
+    else:
+        print(table())

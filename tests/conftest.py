@@ -1,0 +1,45 @@
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+# A run small enough for unit and CLI tests: seconds per round on 2 cores.
+TINY_OVERRIDES = [
+    "run.device=cpu",
+    "model.tiny.hidden_size=32",
+    "model.tiny.layers=1",
+    "model.tiny.heads=2",
+    "model.warmup.steps=30",
+    "model.warmup.batch_size=32",
+    "challenger.batch_prompts=4",
+    "challenger.group_size=4",
+    "challenger.steps=1",
+    "solver.batch_prompts=4",
+    "solver.group_size=4",
+    "solver.steps=2",
+    "curriculum.probe_samples=4",
+    "curriculum.fill_proposals=16",
+    "curriculum.band_low=0.0",
+    "curriculum.band_high=1.0",
+    "eval.per_level=4",
+    "env.kwargs={num_levels: 3}",
+    "wandb.mode=disabled",
+    "log.progress=false",
+]
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def tiny_overrides(tmp_path):
+    return TINY_OVERRIDES + [f"run.dir={tmp_path / 'run'}", f"model.warmup.cache_dir={tmp_path / 'cache'}"]

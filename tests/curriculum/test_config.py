@@ -1,0 +1,84 @@
+from pathlib import Path
+
+import pytest
+
+from curriculum.config import ConfigError, diff_keys, is_resumable, load_config, valid_keys
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_shipped_configs_validate(path, tmp_path):
+    # model.path configs point at a user's local model; give them an existing directory.
+    cfg = load_config(path, [f"model.path={tmp_path}"] if "model:\n  path:" in path.read_text() else [])
+    assert cfg.train.rounds >= 1
+
+
+def test_shipped_configs_exist():
+    assert any(p.name == "demo_cpu.yaml" for p in SHIPPED)
+
+
+def test_overrides_apply_with_types():
+    cfg = load_config(ROOT / "configs/demo_cpu.yaml", ["train.rounds=3", "solver.optim.lr=0.01", "env.kwargs={num_levels: 4}",
+                                                        "run.dir=/tmp/x", "model.lora.enabled=true"])
+    assert (cfg.train.rounds, cfg.solver.optim.lr, cfg.env.kwargs["num_levels"], cfg.run.dir) == (3, 0.01, 4, "/tmp/x")
+    assert cfg.model.lora.enabled is True
+
+
+def test_unknown_override_names_nearest():
+    with pytest.raises(ConfigError, match=r"unknown config key 'train.round'.*train.rounds"):
+        load_config(None, ["train.round=3"])
+
+
+def test_unknown_key_in_file(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("solver:\n  optim:\n    lrr: 0.1\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: unknown config key 'solver.optim.lrr'.*solver.optim.lr"):
+        load_config(p)
+
+
+@pytest.mark.parametrize(
+    "text,match",
+    [
+        ("train: [1, 2\n", "not valid YAML"),
+        ("- 1\n- 2\n", "top level must be a mapping"),
+        ("train:\n  rounds: many\n", "train.rounds"),
+        ("train:\n  rounds: 0\n", r"train.rounds \(0\) must be >= 1"),
+        ("curriculum:\n  band_low: 0.9\n  band_high: 0.1\n", r"band_low \(0.9\) <= curriculum.band_high \(0.1\)"),
+        ("solver:\n  group_size: 1\n", r"solver.group_size \(1\) must be >= 2"),
+        ("solver:\n  loss:\n    minibatch_size: 5\n", r"minibatch_size \(5\) must divide batch_prompts\*group_size \(128\)"),
+        ("reward:\n  frontier: curiosity\n", "reward.frontier 'curiosity'"),
+        ("env:\n  name: chess\n", "env.name 'chess' is not registered"),
+        ("model:\n  path: /nonexistent/model\n", "not a local directory"),
+        ("solver:\n  loss:\n    estimator: ppo\n", "solver.loss.estimator 'ppo'"),
+        ("train: 3\n", "train"),
+    ],
+)
+def test_bad_files_fail_clearly(tmp_path, text, match):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_config(p)
+
+
+def test_missing_file_and_bad_override():
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config("/no/such.yaml")
+    with pytest.raises(ConfigError, match="not key=value"):
+        load_config(None, ["train.rounds"])
+    with pytest.raises(ConfigError, match="is a section"):
+        load_config(None, ["solver=1"])
+
+
+def test_every_key_documented():
+    undocumented = [k for k, doc in valid_keys().items() if not doc]
+    assert undocumented == []
+
+
+def test_resumable_keys():
+    a = load_config(None)
+    b = load_config(None, ["train.rounds=9", "log.progress=false", "solver.group_size=4"])
+    changed = diff_keys(a, b)
+    assert set(changed) == {"train.rounds", "log.progress", "solver.group_size"}
+    assert [k for k in changed if not is_resumable(k)] == ["solver.group_size"]

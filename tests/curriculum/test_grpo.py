@@ -1,0 +1,102 @@
+import torch
+
+from curriculum.config import load_config
+from curriculum.grpo import grpo_update
+from curriculum.policy import build_roles, load_role_weights, save_role
+from curriculum.rollout import generate, pack
+from curriculum.tiny import build_model, build_tokenizer
+
+
+def tiny_roles(overrides):
+    cfg = load_config(None, ["run.device=cpu", "solver.optim.lr=0.01", "challenger.optim.lr=0.01"] + overrides)
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    base = build_model(tok, 32, 1, 2, 32)
+    return cfg, tok, build_roles(cfg, base, torch.device("cpu"))
+
+
+def rollout_for(role, tok, rewards_fn, n=8):
+    role.activate()
+    comps = generate(role.model, tok, ["Q:"] * n, max_new_tokens=6, seed=1)
+    rewards = [rewards_fn(c.text) for c in comps]
+    rewards[0], rewards[n // 2] = 1.0, 0.0  # every group has signal
+    return pack(comps, rewards, [i // 4 for i in range(n)], tok.pad_token_id)
+
+
+def snapshot(module):
+    return {k: v.detach().clone() for k, v in module.state_dict().items()}
+
+
+def test_full_roles_are_separate_copies_and_update():
+    cfg, tok, roles = tiny_roles([])
+    ch, sv = roles["challenger"], roles["solver"]
+    assert ch.model is not sv.model
+    before_ch, before_sv = snapshot(ch.model), snapshot(sv.model)
+    stats = grpo_update(sv, rollout_for(sv, tok, lambda t: float(len(t) % 2)), cfg.solver.loss, grad_clip=1.0, backend="torch")
+    assert stats["optimizer_steps"] == 1 and stats["ratio_mean"] == 1.0
+    after_sv = snapshot(sv.model)
+    assert any(not torch.equal(before_sv[k], after_sv[k]) for k in before_sv)
+    assert all(torch.equal(before_ch[k], v) for k, v in snapshot(ch.model).items())
+
+
+def test_grpo_raises_probability_of_rewarded_samples():
+    cfg, tok, roles = tiny_roles(["solver.loss.epochs=4"])
+    sv = roles["solver"]
+    rollout = rollout_for(sv, tok, lambda t: float(t.startswith(("1", "2", "3"))), n=16)
+    from curriculum.rl import sequence_logprobs
+
+    def rewarded_logp():
+        with torch.no_grad():
+            logp, _ = sequence_logprobs(sv.model, rollout.input_ids, rollout.attention_mask)
+        seq = (logp * rollout.response_mask).sum(-1)
+        return (seq[rollout.rewards > 0].mean() - seq[rollout.rewards == 0].mean()).item()
+
+    gap_before = rewarded_logp()
+    grpo_update(sv, rollout, cfg.solver.loss, grad_clip=1.0, backend="torch")
+    assert rewarded_logp() > gap_before + 0.05
+
+
+def test_shared_base_lora_touches_only_active_adapter(tmp_path):
+    cfg, tok, roles = tiny_roles(["model.lora.enabled=true", "model.lora.r=4"])
+    ch, sv = roles["challenger"], roles["solver"]
+    assert ch.model is sv.model  # one copy of the base
+    model = sv.model
+    base = {k: v for k, v in snapshot(model).items() if "lora_" not in k}
+    sv_lora = {k: v for k, v in snapshot(model).items() if ".solver." in k}
+    ch_lora = {k: v for k, v in snapshot(model).items() if ".challenger." in k}
+    assert sv_lora and ch_lora
+    grpo_update(ch, rollout_for(ch, tok, lambda t: float("+" in t)), cfg.challenger.loss, grad_clip=1.0, backend="torch")
+    after = snapshot(model)
+    assert all(torch.equal(after[k], v) for k, v in base.items()), "the frozen base changed"
+    assert all(torch.equal(after[k], v) for k, v in sv_lora.items()), "the inactive adapter changed"
+    assert any(not torch.equal(after[k], v) for k, v in ch_lora.items())
+
+    save_role(ch, tmp_path / "challenger", tok)
+    trained = {k: v for k, v in after.items() if ".challenger." in k}
+    for p in ch.params:
+        torch.nn.init.zeros_(p)
+    load_role_weights(ch, tmp_path / "challenger")
+    assert all(torch.equal(snapshot(model)[k], v) for k, v in trained.items())
+
+
+def test_full_weights_roundtrip_through_hf_format(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    cfg, tok, roles = tiny_roles([])
+    sv = roles["solver"]
+    save_role(sv, tmp_path / "solver", tok)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "solver")
+    ref = snapshot(sv.model)
+    assert all(torch.equal(ref[k], v) for k, v in snapshot(loaded).items())
+    for p in sv.params:
+        torch.nn.init.zeros_(p)
+    load_role_weights(sv, tmp_path / "solver")
+    assert all(torch.equal(ref[k], v) for k, v in snapshot(sv.model).items())
+
+
+def test_kl_reference_is_frozen_initial_model():
+    cfg, tok, roles = tiny_roles(["solver.loss.kl_coef=0.1"])
+    sv = roles["solver"]
+    assert sv.reference is not None and not any(p.requires_grad for p in sv.reference.parameters())
+    stats = grpo_update(sv, rollout_for(sv, tok, lambda t: float(len(t) > 2)), cfg.solver.loss, grad_clip=1.0, backend="torch")
+    assert stats["kl_ref"] == 0.0  # first step: policy == reference

@@ -1,0 +1,112 @@
+"""Stop anywhere, resume exactly: SIGKILL at random moments, SIGTERM mid-phase, corrupt checkpoints."""
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY_OVERRIDES
+from tests.test_cli import metrics, selfplay, strip_times
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start(*args) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_SILENT": "true"}
+    return subprocess.Popen([sys.executable, "-m", "curriculum.cli", *map(str, args)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def final_weights(run: Path, name: str = "round_0003") -> dict[str, bytes]:
+    return {role: (run / "checkpoints" / name / role / "model.safetensors").read_bytes() for role in ("challenger", "solver")}
+
+
+def common(tmp_path):
+    # every_steps=1: a checkpoint after every step, so kills land inside rounds and inside writes.
+    return TINY_OVERRIDES + [f"model.warmup.cache_dir={tmp_path / 'cache'}", "checkpoint.every_steps=1",
+                             "checkpoint.keep_last=50", "train.rounds=3"]
+
+
+@pytest.fixture
+def straight(tmp_path):
+    run = tmp_path / "straight"
+    selfplay("train", "configs/demo_cpu.yaml", *common(tmp_path), "--run-dir", run)
+    return run
+
+
+def metric_lines(run: Path) -> int:
+    path = run / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.mark.slow
+def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path, straight):
+    run = tmp_path / "killed"
+    rng = random.Random(1234)
+    total = metric_lines(straight)
+    # Three kills, each a random moment after a random amount of progress (inside rounds,
+    # often inside a checkpoint write, since every step writes one).
+    targets = sorted(rng.sample(range(2, total - 2), 3))
+    proc = start("train", "configs/demo_cpu.yaml", *common(tmp_path), "--run-dir", run)
+    for target in targets:
+        while metric_lines(run) < target and proc.poll() is None:
+            time.sleep(0.01)
+        assert proc.poll() is None, f"run ended before the kill at line {target}: " + proc.stderr.read()[-3000:]
+        time.sleep(rng.uniform(0.0, 0.4))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc = start("train", "--resume", run)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert final_weights(run) == final_weights(straight)
+    assert strip_times(metrics(run)) == strip_times(metrics(straight))
+    for r in (1, 2, 3):
+        name = f"round_{r:04d}.jsonl"
+        assert (run / "tasks" / name).read_text() == (straight / "tasks" / name).read_text()
+
+
+@pytest.mark.slow
+def test_sigterm_mid_phase_checkpoints_and_resumes(tmp_path, straight):
+    run = tmp_path / "termed"
+    overrides = [o for o in common(tmp_path) if not o.startswith("checkpoint.every_steps")]
+    proc = start("train", "configs/demo_cpu.yaml", *overrides, "--run-dir", run)
+    # Wait until round 1 is under way (round 0's checkpoint exists), then SIGTERM.
+    while not (run / "checkpoints" / "round_0000").exists():
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    names = sorted(p.name for p in (run / "checkpoints").iterdir() if p.is_dir())
+    mid = [n for n in names if "+" in n]
+    assert mid, f"no mid-round checkpoint written on SIGTERM: {names}"
+    assert "checkpoint" in err and "--resume" in err
+    selfplay("train", "--resume", run)
+    assert final_weights(run) == final_weights(straight)
+    assert strip_times(metrics(run)) == strip_times(metrics(straight))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("damage", ["truncate", "manifest"])
+def test_corrupt_newest_checkpoint_falls_back(tmp_path, straight, damage):
+    run = tmp_path / "corrupt"
+    import shutil
+
+    shutil.copytree(straight, run)
+    newest = run / "checkpoints" / "round_0003"
+    if damage == "truncate":
+        f = newest / "solver" / "model.safetensors"
+        f.write_bytes(f.read_bytes()[:100])
+    else:
+        (newest / "manifest.json").unlink()
+    proc = selfplay("train", "--resume", run)
+    assert "skipping checkpoint" in proc.stderr and "round_0003" in proc.stderr
+    # It resumed from the step before round 3 ended and redid the rest identically.
+    assert final_weights(run) == final_weights(straight)
+    assert strip_times(metrics(run)) == strip_times(metrics(straight))
