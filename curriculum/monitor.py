@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class Monitor:
         import wandb
 
         os.environ.setdefault("WANDB_SILENT", "true")
-        self.wandb_id = self.wandb_id or wandb.util.generate_id()
+        self.wandb_id = self.wandb_id or secrets.token_hex(4)  # stored in checkpoints so resume continues it
         self.wandb = wandb.init(
             project=project, entity=entity or None, name=name or Path(run_dir).name, id=self.wandb_id,
             resume="allow", mode=mode, dir=str(run_dir), config=config,

@@ -26,16 +26,27 @@ def final_weights(run: Path, name: str = "round_0003") -> dict[str, bytes]:
     return {role: (run / "checkpoints" / name / role / "model.safetensors").read_bytes() for role in ("challenger", "solver")}
 
 
-def common(tmp_path):
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def run_overrides(cache) -> list[str]:
     # every_steps=1: a checkpoint after every step, so kills land inside rounds and inside writes.
-    return TINY_OVERRIDES + [f"model.warmup.cache_dir={tmp_path / 'cache'}", "checkpoint.every_steps=1",
+    return TINY_OVERRIDES + [f"model.warmup.cache_dir={cache}", "checkpoint.every_steps=1",
                              "checkpoint.keep_last=50", "train.rounds=3"]
 
 
 @pytest.fixture
-def straight(tmp_path):
-    run = tmp_path / "straight"
-    selfplay("train", "configs/demo_cpu.yaml", *common(tmp_path), "--run-dir", run)
+def common(cache):
+    return run_overrides(cache)
+
+
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory, cache):
+    """The uninterrupted reference run, shared by the tests of this module."""
+    run = tmp_path_factory.mktemp("straight") / "run"
+    selfplay("train", "configs/demo_cpu.yaml", *run_overrides(cache), "--run-dir", run)
     return run
 
 
@@ -45,14 +56,14 @@ def metric_lines(run: Path) -> int:
 
 
 @pytest.mark.slow
-def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path, straight):
+def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path, straight, common):
     run = tmp_path / "killed"
     rng = random.Random(1234)
     total = metric_lines(straight)
     # Three kills, each a random moment after a random amount of progress (inside rounds,
     # often inside a checkpoint write, since every step writes one).
     targets = sorted(rng.sample(range(2, total - 2), 3))
-    proc = start("train", "configs/demo_cpu.yaml", *common(tmp_path), "--run-dir", run)
+    proc = start("train", "configs/demo_cpu.yaml", *common, "--run-dir", run)
     for target in targets:
         while metric_lines(run) < target and proc.poll() is None:
             time.sleep(0.01)
@@ -71,9 +82,9 @@ def test_sigkill_at_random_moments_then_resume_is_bit_identical(tmp_path, straig
 
 
 @pytest.mark.slow
-def test_sigterm_mid_phase_checkpoints_and_resumes(tmp_path, straight):
+def test_sigterm_mid_phase_checkpoints_and_resumes(tmp_path, straight, common):
     run = tmp_path / "termed"
-    overrides = [o for o in common(tmp_path) if not o.startswith("checkpoint.every_steps")]
+    overrides = [o for o in common if not o.startswith("checkpoint.every_steps")]
     proc = start("train", "configs/demo_cpu.yaml", *overrides, "--run-dir", run)
     # Wait until round 1 is under way (round 0's checkpoint exists), then SIGTERM.
     while not (run / "checkpoints" / "round_0000").exists():
