@@ -399,6 +399,8 @@ def validate(cfg: Config) -> None:
     need(cfg.run.device in ("auto", "cpu", "cuda"), f"run.device {cfg.run.device!r}; choose auto, cpu or cuda")
     need(cfg.model.dtype in ("float32", "bfloat16", "float16"), f"model.dtype {cfg.model.dtype!r}; choose float32, bfloat16 or float16")
     need(cfg.rl.backend in ("auto", "torch", "triton"), f"rl.backend {cfg.rl.backend!r}; choose auto, torch or triton")
+    need(not (cfg.rl.backend == "triton" and cfg.run.device == "cpu"),
+         "rl.backend=triton needs run.device=cuda (on a CPU use rl.backend=auto or torch)")
     need(cfg.wandb.mode in ("offline", "online", "disabled"), f"wandb.mode {cfg.wandb.mode!r}; choose offline, online or disabled")
     need(cfg.checkpoint.every_steps >= 0, f"checkpoint.every_steps ({cfg.checkpoint.every_steps}) must be >= 0")
     need(cfg.checkpoint.keep_last >= 1, f"checkpoint.keep_last ({cfg.checkpoint.keep_last}) must be >= 1")

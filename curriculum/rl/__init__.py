@@ -1,0 +1,24 @@
+"""RL maths: advantages, policy loss, token log-probs (pure functions on tensors).
+
+Each of ``compute_advantages`` and ``policy_loss`` takes ``backend="auto" | "torch" |
+"triton"``; ``auto`` runs the Triton kernels on CUDA tensors when Triton is installed
+and the torch twins elsewhere. See docs/kernels.md.
+"""
+from curriculum.rl._backend import BACKENDS, triton_available
+from curriculum.rl.advantages import ESTIMATORS, compute_advantages, register_estimator
+from curriculum.rl.logprobs import full_logits_logprobs, linear_logprobs, sequence_logprobs
+from curriculum.rl.loss import AGGREGATIONS, aggregate, policy_loss
+
+__all__ = [
+    "AGGREGATIONS",
+    "BACKENDS",
+    "ESTIMATORS",
+    "aggregate",
+    "compute_advantages",
+    "full_logits_logprobs",
+    "linear_logprobs",
+    "policy_loss",
+    "register_estimator",
+    "sequence_logprobs",
+    "triton_available",
+]
