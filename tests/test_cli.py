@@ -92,3 +92,16 @@ def test_config_error_exit_code(tmp_path):
     proc = selfplay("train", "configs/demo_cpu.yaml", "train.round=2", "--run-dir", tmp_path / "r", check=False)
     assert proc.returncode == 2
     assert "train.rounds" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_sandboxed_environment_runs_in_the_loop(tmp_path):
+    run = tmp_path / "code"
+    selfplay("train", "configs/code_output_cpu.yaml", *TINY_OVERRIDES, f"model.warmup.cache_dir={tmp_path / 'cache'}",
+             "env.kwargs={num_levels: 3, max_chars: 60}", "model.tiny.max_positions=128",
+             "challenger.sampling.max_new_tokens=64", "train.rounds=1", "--run-dir", run)
+    recs = metrics(run)
+    assert {(1, "update_challenger"), (1, "fill_pool"), (1, "eval")} <= {(r["round"], r["phase"]) for r in recs}
+    tasks = [json.loads(line) for line in (run / "tasks" / "round_0001.jsonl").read_text().splitlines()]
+    # Every proposal was either grounded by execution or rejected with a reason.
+    assert tasks and all((t["task"] is None) != (t["rejected"] is None) for t in tasks)

@@ -45,6 +45,6 @@ def benchmark(env: Environment, seed: int, per_level: int) -> list[Task]:
 
 
 # Built-in environments register themselves on import.
-from curriculum.envs import arithmetic  # noqa: E402,F401
+from curriculum.envs import arithmetic, code_output  # noqa: E402,F401
 
 __all__ = ["ENVIRONMENTS", "Environment", "InvalidProposal", "Task", "benchmark", "make_env", "register_env"]
