@@ -76,7 +76,9 @@ def make_optimizer(params, cfg: OptimConfig):
 def load_base(cfg: Config, env, exclude: set[str], progress: bool):
     """The starting model and tokenizer: a local HF model, or the warmed-up embedded one."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a bar per shard per checkpoint is noise in training logs
     if cfg.model.path:
         path = Path(cfg.model.path).expanduser()
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -158,9 +160,6 @@ def _lora_roles(cfg: Config, base) -> dict[str, Role]:
 
 def save_role(role: Role, path: Path, tokenizer) -> None:
     """Hugging Face / peft format: ``from_pretrained(path)`` loads it directly."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # one bar per shard per checkpoint is noise
     path.mkdir(parents=True, exist_ok=True)
     if role.adapter is not None:
         role.model.save_pretrained(path, selected_adapters=[role.adapter])

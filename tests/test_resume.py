@@ -121,3 +121,24 @@ def test_corrupt_newest_checkpoint_falls_back(tmp_path, straight, damage):
     # It resumed from the step before round 3 ended and redid the rest identically.
     assert final_weights(run) == final_weights(straight)
     assert strip_times(metrics(run)) == strip_times(metrics(straight))
+
+
+@pytest.mark.slow
+def test_second_signal_exits_at_once(tmp_path, common):
+    run = tmp_path / "twice"
+    # A slow fill phase (many proposals) so that both signals land inside one step.
+    overrides = [o for o in common if not o.startswith("checkpoint.every_steps")]
+    proc = start("train", "configs/demo_cpu.yaml", *overrides, "train.rounds=50", "curriculum.fill_proposals=4000",
+                 "--run-dir", run)
+    while metric_lines(run) < 2:  # round 0 eval, round 1 challenger step: now filling the pool
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        time.sleep(0.02)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.5)  # the same signal twice at once is delivered once
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert "second signal" in err
+    # What was written before is intact and resumable.
+    selfplay("train", "--resume", run, "train.rounds=1")
