@@ -1,0 +1,208 @@
+"""What the host offers, and how to start a zygote on it."""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+BWRAP_INSTALL_HINT = (
+    "install bubblewrap for full isolation: "
+    "apt-get install -y --no-install-recommends bubblewrap "
+    "(or: dnf install bubblewrap / apk add bubblewrap)"
+)
+
+#: Environment every snippet sees; nothing from the trainer's environment.
+SNIPPET_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "USER": "sandbox",
+    "LOGNAME": "sandbox",
+}
+
+# Top-level paths that merged-/usr distributions make symlinks into /usr.
+_USR_LINKS = ("/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """Facts about the host that decide how workers are started."""
+
+    bwrap: str | None
+    bwrap_version: str | None
+    bwrap_error: str | None
+    bwrap_options: frozenset[str]
+    root: bool
+    kernel: tuple[int, int]
+    machine: str
+
+
+@functools.lru_cache(maxsize=None)
+def probe_host(bwrap_path: str | None = None) -> HostInfo:
+    """Find bubblewrap and check that it can actually create a sandbox here."""
+    bwrap = bwrap_path or shutil.which("bwrap")
+    version = error = None
+    options: frozenset[str] = frozenset()
+    if bwrap:
+        version, options, error = _try_bwrap(bwrap)
+        if error:
+            bwrap = None
+    return HostInfo(bwrap=bwrap, bwrap_version=version, bwrap_error=error,
+                    bwrap_options=options, root=os.geteuid() == 0,
+                    kernel=_kernel_version(), machine=platform.machine())
+
+
+def _kernel_version() -> tuple[int, int]:
+    parts = platform.release().split(".")
+    try:
+        return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()))
+    except (IndexError, ValueError):
+        return 0, 0
+
+
+def _try_bwrap(bwrap: str) -> tuple[str | None, frozenset[str], str | None]:
+    """Run a trivial sandbox: (version, options, None) or (.., .., reason)."""
+    options: frozenset[str] = frozenset()
+    try:
+        out = subprocess.run([bwrap, "--version"], capture_output=True,
+                             text=True, timeout=10)
+        version = out.stdout.strip() or None
+        usage = subprocess.run([bwrap, "--help"], capture_output=True,
+                               text=True, timeout=10)
+        options = frozenset(w for w in usage.stdout.split() if w.startswith("--"))
+        argv = [bwrap, "--unshare-all", "--die-with-parent",
+                "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        if os.geteuid() != 0:
+            argv.append("--unshare-user")
+        probe = subprocess.run(argv + ["true"], capture_output=True,
+                               text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, options, str(exc)
+    if probe.returncode != 0:
+        return version, options, probe.stderr.strip() or "bwrap exited %d" % (
+            probe.returncode)
+    return version, options, None
+
+
+def default_python() -> str:
+    """The trainer's base interpreter (not a venv shim), fully resolved."""
+    exe = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(exe)
+
+
+def interpreter_dirs(python: str) -> list[str]:
+    """Directories the interpreter needs: its prefix (stdlib, libpython)."""
+    exe = os.path.realpath(python)
+    if exe == default_python():
+        prefix = os.path.realpath(sys.base_prefix)
+    else:
+        prefix = str(Path(exe).parent.parent)
+    dirs = [prefix]
+    if not under(exe, prefix):
+        dirs.append(os.path.dirname(exe))
+    return [d for d in dirs if not under(d, "/usr")]
+
+
+def under(path: str, root: str) -> bool:
+    """True if ``path`` is ``root`` or inside it (purely lexical)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def bwrap_argv(host: HostInfo, python: str, scratch_mb: int) -> list[str]:
+    """The bubblewrap command line a zygote runs under.
+
+    As root we run bwrap in its privileged mode (no user namespace) and keep
+    exactly the capabilities the zygote needs to build per-snippet PID and
+    mount namespaces and to switch the snippet to an unprivileged uid.  As an
+    ordinary user we ask for a user namespace instead; there the same
+    capabilities only reach objects that namespace owns.
+    """
+    # --as-pid-1: the zygote, not a bwrap helper, is PID 1 of the worker's
+    # namespace; it is non-dumpable, so snippets cannot reach it via /proc.
+    argv = [host.bwrap, "--die-with-parent", "--new-session", "--as-pid-1",
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--cap-drop", "ALL",
+            "--cap-add", "CAP_SYS_ADMIN"]
+    if host.root:
+        # SETUID/SETGID: switch snippets to their own uid; SETPCAP: empty
+        # the bounding set; KILL: stop snippets that no longer share our uid.
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                 "--cap-add", "CAP_SETPCAP", "--cap-add", "CAP_KILL"]
+    else:
+        # Not --disable-userns: it nests a second user namespace, where the
+        # zygote would lose its capabilities over the PID and mount
+        # namespaces.  Our seccomp filter stops snippets creating one.
+        argv += ["--unshare-user"]
+    argv += ["--clearenv"]
+    for key, value in SNIPPET_ENV.items():
+        argv += ["--setenv", key, value]
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for link in _USR_LINKS:
+        argv += _mirror_top_level(link)
+    for path in interpreter_dirs(python):
+        # --dir first: parents bwrap creates for a bind are mode 0700,
+        # which the unprivileged snippet uid could not traverse.
+        argv += ["--dir", path, "--ro-bind", path, path]
+    argv += ["--proc", "/proc"] + _dev_argv()
+    if "--size" in host.bwrap_options:  # bubblewrap >= 0.5
+        argv += ["--size", str(scratch_mb << 20)]
+    argv += ["--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/tmp"]
+    return argv
+
+
+def _dev_argv() -> list[str]:
+    """A minimal read-only /dev.
+
+    Not bwrap's --dev: without root that makes bwrap nest a second user
+    namespace (to mount devpts), where the zygote would lose its
+    capabilities over the PID and mount namespaces.
+    """
+    argv = ["--tmpfs", "/dev"]
+    for node in ("null", "zero", "full", "random", "urandom"):
+        argv += ["--dev-bind", "/dev/" + node, "/dev/" + node]
+    for i, name in enumerate(("stdin", "stdout", "stderr")):
+        argv += ["--symlink", "/proc/self/fd/%d" % i, "/dev/" + name]
+    return argv + ["--symlink", "/proc/self/fd", "/dev/fd", "--dir", "/dev/shm",
+                   "--remount-ro", "/dev"]
+
+
+def _mirror_top_level(path: str) -> list[str]:
+    if os.path.islink(path):
+        return ["--symlink", os.readlink(path), path]
+    if os.path.isdir(path):
+        return ["--ro-bind", path, path]
+    return []
+
+
+def default_uid_base() -> int:
+    """First of 4096 uids for snippets: mapped here, and used by no account.
+
+    On a host (or a container without a user namespace) every uid exists, and
+    2e9 is far above any account or systemd's dynamic users (61184-65519).  In
+    a user namespace only the mapped uids exist; usually 0-65535, where 61000
+    sits below the dynamic-user range and above regular accounts.
+    """
+    try:
+        lines = Path("/proc/self/uid_map").read_text().splitlines()
+        ranges = [tuple(map(int, line.split())) for line in lines if line.strip()]
+    except (OSError, ValueError):
+        return 61000
+    high = 2_000_000_000
+    if any(inside <= high and high + 4096 <= inside + count
+           for inside, _, count in ranges):
+        return high
+    return 61000
+
+
+def hidden_dirs() -> list[str]:
+    """Directories the fallback hides behind an empty tmpfs (secrets live there)."""
+    home = os.path.expanduser("~")
+    dirs = ["/root", "/home"]
+    if home not in dirs and not under(home, "/home") and home != "/":
+        dirs.append(home)
+    return [d for d in dirs if os.path.isdir(d)]

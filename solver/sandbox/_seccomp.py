@@ -1,0 +1,110 @@
+"""A small seccomp-BPF deny list for the sandbox, built without libseccomp.
+
+The filter is defence in depth: namespaces, rlimits and the uid switch already
+contain a snippet; this removes kernel interfaces that sandbox escapes usually
+go through (creating user namespaces, ptrace, bpf, userfaultfd, io_uring,
+keyrings, perf events, module loading, the new mount API ...).
+
+The zygote installs it on itself once, so every snippet inherits it for free.
+It therefore still allows what the zygote needs per snippet: ``unshare`` with
+exactly CLONE_NEWPID or exactly CLONE_NEWIPC, ``setns``, ``mount`` and
+``umount2``.  Snippets hold no capabilities, so the kernel refuses those calls
+to them anyway.
+
+Denied calls fail with EPERM; ``clone3`` fails with ENOSYS so that libc falls
+back to ``clone``, whose flags a classic filter can inspect.  A syscall from a
+foreign ABI (i386 via ``int 0x80``, x32) kills the process, as those bypass
+the number table.
+"""
+
+from __future__ import annotations
+
+import platform
+import struct
+
+_DENIED = (
+    "pivot_root chroot ptrace process_vm_readv "
+    "process_vm_writev kexec_load kexec_file_load init_module finit_module "
+    "delete_module bpf perf_event_open userfaultfd keyctl add_key request_key "
+    "io_uring_setup io_uring_enter io_uring_register open_by_handle_at "
+    "name_to_handle_at swapon swapoff reboot acct quotactl syslog fsopen "
+    "fsconfig fsmount fspick open_tree move_mount mount_setattr vhangup "
+    "lookup_dcookie fanotify_init setdomainname sethostname settimeofday "
+    "clock_settime adjtimex clock_adjtime"
+).split()
+
+# Checked against <asm/unistd_64.h> and <asm-generic/unistd.h>.
+_X86_64 = dict(zip(_DENIED, (
+    155, 161, 101, 310, 311, 246, 320, 175, 313, 176, 321,
+    298, 323, 250, 248, 249, 425, 426, 427, 304, 303, 167, 168, 169, 163, 179,
+    103, 430, 431, 432, 433, 428, 429, 442, 153, 212, 300, 171, 170, 164, 227,
+    159, 305)), clone=56, clone3=435, unshare=272)
+_AARCH64 = dict(zip(_DENIED, (
+    41, 51, 117, 270, 271, 104, 294, 105, 273, 106, 280, 241,
+    282, 219, 217, 218, 425, 426, 427, 265, 264, 224, 225, 142, 89, 60, 116,
+    430, 431, 432, 433, 428, 429, 442, 58, 18, 262, 162, 161, 170, 112, 171,
+    266)), clone=220, clone3=435, unshare=97)
+
+_ARCHES = {
+    "x86_64": (0xC000003E, _X86_64),
+    "amd64": (0xC000003E, _X86_64),
+    "aarch64": (0xC00000B7, _AARCH64),
+    "arm64": (0xC00000B7, _AARCH64),
+}
+
+# Every CLONE_NEW* flag (ns, cgroup, uts, ipc, user, pid, net, time).
+_CLONE_NS_FLAGS = 0x7E020080
+_CLONE_NEWPID = 0x20000000
+_CLONE_NEWIPC = 0x08000000
+_X32_BIT = 0x40000000
+
+_LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_ALLOW, _KILL_PROCESS = 0x7FFF0000, 0x80000000
+_ERRNO, _EPERM, _ENOSYS = 0x00050000, 1, 38
+# Offsets into struct seccomp_data: nr, arch, then args[0] (low half on LE).
+_NR, _ARCH, _ARG0_LO = 0, 4, 16
+
+
+def _insn(code, k, jt=0, jf=0):
+    return struct.pack("=HBBI", code, jt, jf, k)
+
+
+def build_filter(machine: str | None = None) -> bytes | None:
+    """Return the BPF program for ``machine`` (default: this host), or None.
+
+    None means the architecture is not supported and no filter is applied;
+    the sandbox then reports the seccomp layer as missing.
+    """
+    arch = _ARCHES.get((machine or platform.machine()).lower())
+    if arch is None:
+        return None
+    audit_arch, numbers = arch
+    deny = _RET, _ERRNO | _EPERM
+    prog = [
+        _insn(_LD_W_ABS, _ARCH),
+        _insn(_JEQ, audit_arch, jt=1),
+        _insn(_RET, _KILL_PROCESS),
+        _insn(_LD_W_ABS, _NR),
+    ]
+    if audit_arch == 0xC000003E:  # x32 syscalls share the arch, flag the nr
+        prog += [_insn(_JGE, _X32_BIT, jf=1), _insn(_RET, _KILL_PROCESS)]
+    for name in _DENIED:
+        prog += [_insn(_JEQ, numbers[name], jf=1), _insn(*deny)]
+    prog += [_insn(_JEQ, numbers["clone3"], jf=1),
+             _insn(_RET, _ERRNO | _ENOSYS)]
+    prog += [  # unshare: only the zygote's PID and the child's IPC namespace
+        _insn(_JEQ, numbers["unshare"], jf=5),
+        _insn(_LD_W_ABS, _ARG0_LO),
+        _insn(_JEQ, _CLONE_NEWPID, jt=1),
+        _insn(_JEQ, _CLONE_NEWIPC, jf=1),
+        _insn(_RET, _ALLOW),
+        _insn(*deny),
+    ]
+    prog += [
+        _insn(_JEQ, numbers["clone"], jf=3),
+        _insn(_LD_W_ABS, _ARG0_LO),
+        _insn(_JSET, _CLONE_NS_FLAGS, jf=1),
+        _insn(*deny),
+        _insn(_RET, _ALLOW),
+    ]
+    return b"".join(prog)

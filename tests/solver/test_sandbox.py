@@ -1,0 +1,428 @@
+"""Tests for solver.sandbox: the API, result statuses and the worker pool.
+
+The attack suite lives in test_sandbox_attacks.py.  These tests need full
+isolation: without bubblewrap they fail and say how to install it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import textwrap
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from solver.sandbox import (STATUSES, ExecResult, IsolationUnavailable, Sandbox,
+                            SandboxError)
+from solver.sandbox import _pool
+
+INSTALL_HINT = ("install bubblewrap: "
+                "apt-get install -y --no-install-recommends bubblewrap")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_box(**kwargs) -> Sandbox:
+    """A sandbox with every isolation layer, or a failure naming the fix."""
+    try:
+        return Sandbox(strict=True, **kwargs)
+    except IsolationUnavailable as exc:
+        pytest.fail("full isolation unavailable on this host; %s\n%s"
+                    % (INSTALL_HINT, exc))
+
+
+@pytest.fixture(scope="module")
+def box():
+    sandbox = make_box(workers=2, timeout_s=2.0, memory_mb=256,
+                       max_output_bytes=64 * 1024)
+    yield sandbox
+    sandbox.close()
+
+
+def _tree(pid: int) -> set[int]:
+    """pid and all its descendants, from /proc."""
+    pids = {pid}
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return pids
+    for task in tasks:
+        try:
+            kids = Path("/proc/%d/task/%s/children" % (pid, task)).read_text()
+        except OSError:
+            continue
+        for kid in kids.split():
+            pids |= _tree(int(kid))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+# ------------------------------------------------------------------ results --
+def test_ok_result(box):
+    res = box.run("print(6 * 7)")
+    assert res == ExecResult("ok", "42\n", "", 0, res.wall_s)
+    assert res.ok and 0 < res.wall_s < 2
+
+
+def test_stdin_as_str_and_bytes(box):
+    code = "import sys\nprint(sys.stdin.read().upper())"
+    assert box.run(code, stdin="héllo").stdout == "HÉLLO\n"
+    assert box.run(code, stdin=b"abc").stdout == "ABC\n"
+    assert box.run("print(input() + input())", stdin="a\nb\n").stdout == "ab\n"
+
+
+def test_uncaught_exception_is_error_with_traceback(box):
+    res = box.run("def f():\n    raise ValueError('boom')\nf()")
+    assert (res.status, res.exit_code) == ("error", 1)
+    assert 'File "<snippet>", line 3, in <module>' in res.stderr
+    assert res.stderr.endswith("ValueError: boom\n")
+    assert "zygote" not in res.stderr  # no sandbox frames leak into tracebacks
+
+
+def test_syntax_error(box):
+    res = box.run("def f(:\n  pass")
+    assert res.status == "error" and "SyntaxError" in res.stderr
+
+
+@pytest.mark.parametrize("code, status, exit_code, stderr", [
+    ("import sys; sys.exit()", "ok", 0, ""),
+    ("import sys; sys.exit(0)", "ok", 0, ""),
+    ("import sys; sys.exit(3)", "error", 3, ""),
+    ("import sys; sys.exit('bye')", "error", 1, "bye\n"),
+    ("import os; os._exit(7)", "error", 7, ""),
+    ("raise KeyboardInterrupt", "error", 1, None),
+])
+def test_exit_codes(box, code, status, exit_code, stderr):
+    res = box.run(code)
+    assert (res.status, res.exit_code) == (status, exit_code)
+    if stderr is not None:
+        assert res.stderr == stderr
+
+
+def test_output_is_decoded_with_replacement(box):
+    res = box.run("import sys; sys.stdout.buffer.write(b'a\\xff\\xfeb'); "
+                  "print('\\udcff', end='')")
+    assert res.status == "ok"
+    assert res.stdout == "a\ufffd\ufffdb\ufffd"
+
+
+def test_output_just_under_cap_is_kept(box):
+    res = box.run("print('x' * (64 * 1024 - 1))")
+    assert res.status == "ok" and len(res.stdout) == 64 * 1024
+
+
+def test_memory_status(box):
+    res = box.run("x = bytearray(10 ** 10)")
+    assert (res.status, res.exit_code) == ("memory", 1)
+    assert "MemoryError" in res.stderr
+
+
+def test_timeout_status_and_per_call_override(box):
+    start = time.monotonic()
+    res = box.run("import time; time.sleep(30)", timeout_s=0.5)
+    assert (res.status, res.exit_code) == ("timeout", -signal.SIGKILL)
+    assert 0.5 <= res.wall_s < 1.5 and time.monotonic() - start < 2.5
+    assert box.run("import time; time.sleep(0.6); print(1)",
+                   timeout_s=1.5).status == "ok"
+
+
+def test_result_is_frozen_and_statuses_are_fixed():
+    res = ExecResult("ok", "", "", 0, 0.1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.status = "error"  # type: ignore[misc]
+    assert STATUSES == ("ok", "error", "timeout", "memory", "output_limit",
+                        "killed")
+
+
+def test_invalid_arguments(box):
+    with pytest.raises(TypeError):
+        box.run(b"print(1)")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        box.run("print(1)", timeout_s=0)
+    with pytest.raises(ValueError):
+        box.run_many(["print(1)"], stdins=["a", "b"])
+    with pytest.raises(ValueError):
+        Sandbox(workers=0)
+    assert box.run_many([]) == []
+
+
+# ----------------------------------------------------------- python world --
+def test_snippet_runs_as_main_with_fresh_globals(box):
+    code = ("if __name__ == '__main__':\n"
+            "    import sys\n"
+            "    print(sys.argv, 'box' in globals(), 'Zygote' in globals())")
+    assert box.run(code).stdout == "['-c'] False False\n"
+
+
+def test_standard_library_and_subprocesses_work(box):
+    code = textwrap.dedent("""
+        import dataclasses, decimal, fractions, sqlite3, statistics, subprocess, sys
+        print(statistics.mean([1, 2, 3]), fractions.Fraction(1, 3) * 3)
+        print(subprocess.run([sys.executable, "-c", "print(5)"],
+                             capture_output=True, text=True).stdout.strip())
+        print(subprocess.run(["sh", "-c", "echo hi"], capture_output=True,
+                             text=True).stdout.strip())
+        """)
+    res = box.run(code)
+    assert (res.status, res.stdout) == ("ok", "2 1\n5\nhi\n"), res.stderr
+
+
+def test_threads_and_multiprocessing_work(box):
+    code = textwrap.dedent("""
+        import multiprocessing, threading, time
+        def late():
+            time.sleep(0.2)
+            print("thread done", flush=True)
+        threading.Thread(target=late).start()   # non-daemon: awaited at exit
+        with multiprocessing.Pool(2) as pool:
+            print(pool.map(abs, [-1, -2]))
+        """)
+    res = box.run(code)
+    assert (res.status, res.stdout) == ("ok", "[1, 2]\nthread done\n"), res.stderr
+
+
+def test_scratch_dir_is_private_writable_and_fresh(box):
+    write = ("import os, tempfile\n"
+             "open('here.txt', 'w').write('x')\n"
+             "open(os.path.join(tempfile.gettempdir(), 'tmp.txt'), 'w').write('y')\n"
+             "open('/dev/shm/shm.txt', 'w').write('z')\n"
+             "print(os.getcwd(), sorted(os.listdir('.')))")
+    assert box.run(write).stdout == "/tmp ['here.txt', 'tmp.txt']\n"
+    look = "import os; print(os.listdir('.'), os.listdir('/dev/shm'))"
+    for res in box.run_many([look] * 4):  # on every worker
+        assert res.stdout == "[] []\n"
+
+
+def test_sysv_ipc_does_not_outlive_the_snippet(box):
+    shm = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+           "print(libc.shmget(4242, 4096, %s) >= 0)")
+    assert box.run(shm % "0o1600").stdout == "True\n"  # IPC_CREAT
+    for res in box.run_many([shm % "0o600"] * 4):  # on every worker
+        assert res.stdout == "False\n"
+
+
+def test_environment_is_scrubbed(box):
+    res = box.run("import os; print(sorted(os.environ))")
+    assert res.stdout == "['HOME', 'LANG', 'LOGNAME', 'PATH', 'TMPDIR', 'USER']\n"
+
+
+# --------------------------------------------------------------------- pool --
+def test_run_many_keeps_order_and_runs_in_parallel(box):
+    codes = ["import time; time.sleep(0.6); print(%d)" % i for i in range(4)]
+    start = time.monotonic()
+    results = box.run_many(codes)
+    assert [r.stdout for r in results] == ["%d\n" % i for i in range(4)]
+    assert time.monotonic() - start < 2.2  # 2 workers: ~1.2 s, not 2.4 s
+
+
+def test_run_many_with_stdins(box):
+    results = box.run_many(["print(input()[::-1])"] * 3,
+                           stdins=["abc", b"xyz", None])
+    assert [r.status for r in results] == ["ok", "ok", "error"]
+    assert [r.stdout for r in results[:2]] == ["cba\n", "zyx\n"]
+
+
+def test_failures_do_not_affect_other_results(box):
+    bad = ["while True: pass", "x = bytearray(10 ** 10)", "import os; os._exit(3)",
+           "import ctypes; ctypes.string_at(0)", "print('x' * 10 ** 7)",
+           "import os, signal; os.kill(0, signal.SIGKILL)"]
+    codes = []
+    for i, code in enumerate(bad):
+        codes += [code, "print(%d * 2)" % i]
+    results = box.run_many(codes, timeout_s=1.0)
+    assert [r.status for r in results[::2]] == [
+        "timeout", "memory", "error", "killed", "output_limit", "ok"]
+    assert [r.stdout for r in results[1::2]] == ["%d\n" % (i * 2)
+                                                 for i in range(len(bad))]
+
+
+def test_concurrent_callers_share_the_pool(box):
+    results: dict[int, str] = {}
+
+    def call(i):
+        results[i] = box.run("print(%d)" % i).stdout
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert results == {i: "%d\n" % i for i in range(8)}
+
+
+def test_dead_worker_is_replaced(box):
+    victim = box._idle[0]
+    os.killpg(victim.proc.pid, signal.SIGKILL)
+    victim.proc.wait()
+    results = box.run_many(["print(%d)" % i for i in range(6)])
+    assert [r.stdout for r in results] == ["%d\n" % i for i in range(6)]
+    assert all(not w.dead for w in box._idle)
+
+
+def test_worker_killed_mid_snippet_reports_killed():
+    with make_box(workers=1, timeout_s=5.0) as sandbox:
+        worker = sandbox._idle[0]
+        killer = threading.Timer(0.3, os.killpg, (worker.proc.pid, signal.SIGKILL))
+        killer.start()
+        res = sandbox.run("import time; time.sleep(3)")
+        killer.join()
+        assert res.status == "killed" and "worker died" in res.stderr
+        assert sandbox.run("print('back')").stdout == "back\n"
+
+
+# ------------------------------------------------------------- determinism --
+def test_check_determinism(box):
+    report = box.check_determinism("print(sum(range(10)))")
+    assert report.deterministic and report.result.stdout == "45\n"
+    assert len(report.results) == 2
+    assert not box.check_determinism("import random; print(random.random())"
+                                     ).deterministic
+    # Workers have different hash seeds, so set order of str is caught.
+    assert not box.check_determinism(
+        "print(list({str(i) for i in range(60)}))").deterministic
+    report = box.check_determinism("while True: pass", timeout_s=0.3)
+    assert not report.deterministic  # limits are not a reproducible answer
+    with pytest.raises(ValueError):
+        box.check_determinism("print(1)", runs=1)
+
+
+# ---------------------------------------------------------------- isolation --
+def test_isolation_report(box):
+    layers = box.isolation()
+    for key in ("bubblewrap", "network_isolated", "pid_namespace", "ipc_namespace",
+                "filesystem_readonly", "filesystem_hidden", "scratch_dir",
+                "unprivileged_uid", "capabilities_dropped", "seccomp",
+                "rlimit_cpu", "rlimit_memory", "rlimit_processes",
+                "rlimit_file_size", "rlimit_open_files", "no_core_dumps",
+                "environment_scrubbed", "wall_clock_timeout", "output_cap"):
+        assert layers[key], key
+    assert all(layers.values()), layers
+    assert box.isolation() is not box._isolation  # callers get a copy
+
+
+def test_fallback_without_bwrap_warns_once_and_reports():
+    _pool._warned.clear()
+    with pytest.warns(RuntimeWarning, match="bubblewrap"):
+        first = Sandbox(workers=1, timeout_s=1.0, use_bwrap=False)
+    with first, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Sandbox(workers=1, timeout_s=1.0, use_bwrap=False) as second:
+            assert second.run("print(1)").stdout == "1\n"
+        layers = first.isolation()
+        assert layers["bubblewrap"] is False
+        assert layers["environment_scrubbed"] and layers["wall_clock_timeout"]
+        assert first.run("import fractions; print(fractions.Fraction(2, 4))"
+                         ).stdout == "1/2\n"  # the whole stdlib, even as root
+        assert first.run("while True: pass").status == "timeout"
+        assert first.run("x = bytearray(10 ** 10)").status == "memory"
+
+
+def test_strict_refuses_partial_isolation():
+    with pytest.raises(IsolationUnavailable, match="apt-get install"):
+        Sandbox(workers=1, use_bwrap=False, strict=True)
+
+
+# ------------------------------------------------------------------ cleanup --
+def test_close_leaves_no_process_behind():
+    sandbox = make_box(workers=2, timeout_s=5.0)
+    code = ("import os, time\n"
+            "if os.fork() == 0:\n"
+            "    os.setsid(); time.sleep(60)\n"
+            "time.sleep(60)")
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append(sandbox.run_many([code] * 2))
+        except SandboxError as exc:  # closed under it: that is the point
+            outcome.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    deadline = time.monotonic() + 10
+    pids: set[int] = set()
+    while len(pids) < 2 * 4 and time.monotonic() < deadline:
+        time.sleep(0.05)  # until bwrap, zygote, snippet, child run per worker
+        pids = set().union(*(_tree(p.pid) for p in sandbox._procs))
+    assert len(pids) >= 2 * 4
+    sandbox.close()
+    runner.join(timeout=10)
+    assert not runner.is_alive()
+    assert isinstance(outcome[0], SandboxError) or all(
+        r.status == "killed" for r in outcome[0])
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if _alive(p)]
+    with pytest.raises(SandboxError):
+        sandbox.run("print(1)")
+
+
+def test_context_manager_closes():
+    with make_box(workers=1) as sandbox:
+        procs = list(sandbox._procs)
+    assert all(p.poll() is not None for p in procs)
+
+
+# ------------------------------------------------------ unprivileged hosts --
+UNPRIVILEGED_SMOKE = r"""
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from solver.sandbox import Sandbox
+with Sandbox(workers=2, timeout_s=1.0, strict=True) as box:
+    out = {"layers": box.isolation()}
+    out["results"] = [(r.status, r.stdout) for r in box.run_many([
+        "print(sum(range(5)))", "while True: pass", "x = bytearray(10**10)",
+        "import os, signal; os.kill(0, signal.SIGKILL); print('alive')",
+        "import socket; socket.create_connection(('1.1.1.1', 53), timeout=1)",
+        "open('/etc/passwd')", "import os; print(os.getuid())"])]
+print(json.dumps(out))
+"""
+
+
+def _python_for(uid: int) -> str | None:
+    """A python3 with ctypes that ``uid`` can run (root's may be unreachable)."""
+    for exe in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.path.exists(exe) and subprocess.run(
+                ["setpriv", "--reuid=%d" % uid, "--regid=%d" % uid,
+                 "--clear-groups", exe, "-c", "import ctypes, json"],
+                capture_output=True).returncode == 0:
+            return exe
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to uid 65534")
+def test_unprivileged_user_namespace_mode():
+    """The same guarantees when the trainer is not root (bwrap --unshare-user)."""
+    if not shutil.which("setpriv"):
+        pytest.skip("setpriv (util-linux) not installed")
+    exe = _python_for(65534)
+    if exe is None:
+        pytest.skip("no python3 that uid 65534 can run")
+    proc = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+         "env", "-i", "PATH=/usr/bin:/bin", "HOME=/tmp", exe, "-c",
+         UNPRIVILEGED_SMOKE, str(REPO)],
+        capture_output=True, text=True, timeout=120, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert all(out["layers"].values()), out["layers"]
+    assert "user-ns" in out["layers"]["bubblewrap"]
+    assert [s for s, _ in out["results"]] == [
+        "ok", "timeout", "memory", "ok", "error", "error", "ok"]
+    assert out["results"][0][1] == "10\n" and out["results"][3][1] == "alive\n"
+    assert out["results"][6][1] == "65534\n"
