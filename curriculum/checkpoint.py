@@ -60,10 +60,19 @@ class CheckpointManager:
 
     def save(self, name: str, write: Callable[[Path], None], state: dict) -> Path:
         """Call ``write(tmp_dir)``, add state and manifest, then rename into place."""
+        tmp = self.begin(name)
+        write(tmp)
+        return self.finish(name, tmp, state)
+
+    def begin(self, name: str) -> Path:
+        """A fresh temporary directory for checkpoint ``name`` (filled by the caller, then ``finish``)."""
         tmp = self.dir / f".tmp-{name}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        write(tmp)
+        return tmp
+
+    def finish(self, name: str, tmp: Path, state: dict) -> Path:
+        """Add state and manifest to ``tmp``, fsync, rename it to ``name`` and move ``latest``."""
         (tmp / "state.json").write_text(json.dumps(state, indent=1))
         files = {str(p.relative_to(tmp)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
                  for p in sorted(tmp.rglob("*")) if p.is_file()}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -36,8 +37,12 @@ def _train(args) -> int:
     from curriculum.trainer import SelfPlayTrainer
 
     trainer = SelfPlayTrainer(cfg, resume=bool(args.resume))
-    trainer.train()
-    print(f"metrics: {Path(cfg.run.dir) / 'metrics.jsonl'}")
+    try:
+        trainer.train()
+    finally:
+        trainer.dist.close()
+    if trainer.dist.is_main:
+        print(f"metrics: {Path(cfg.run.dir) / 'metrics.jsonl'}")
     return 0
 
 
@@ -86,8 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("httpx", "wandb", "transformers", "torch.distributed"):
+    rank = int(os.environ.get("RANK", "0"))  # set by torchrun / the deepspeed launcher
+    logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING,
+                        format=f"%(asctime)s %(levelname)s %(name)s{f' [rank {rank}]' if rank else ''}: %(message)s")
+    for noisy in ("httpx", "wandb", "transformers", "torch.distributed", "DeepSpeed", "deepspeed"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
     try:

@@ -201,6 +201,10 @@ class EvalConfig:
     per_level: int = 40
     # Longest answer in tokens.
     max_new_tokens: int = 16
+    # Sampling temperature of the held-out eval; 0 = greedy decoding.
+    temperature: float = 0.0
+    # Samples per held-out task; accuracy is their mean (mean@k). Must be 1 when greedy.
+    samples: int = 1
 
 
 @dataclass
@@ -238,6 +242,24 @@ class RLConfig:
 
 
 @dataclass
+class DistributedConfig:
+    # torch (one process, plain optimizer) or deepspeed (ZeRO; required for more than one process).
+    engine: str = "torch"
+    # ZeRO stage with engine=deepspeed: 0 (replicated), 1 (optimizer states sharded), 2 (+ gradients), 3 (+ parameters).
+    zero_stage: int = 2
+    # ZeRO offload to host memory: none, optimizer (optimizer states) or all (optimizer states and parameters; stage 3).
+    offload: str = "none"
+    # Sequences per rank per forward/backward; 0 = a rank's whole share of a minibatch (gradient accumulation otherwise).
+    micro_batch_size: int = 0
+    # Rollout seeding: batch (one stream per phase step and rank; rank 0 of 1 = the single-process run) or group (one stream per GRPO group: samples independent of the number of ranks).
+    rollout_seed: str = "batch"
+    # Optional DeepSpeed JSON whose keys override the generated DeepSpeed config (e.g. configs/deepspeed/zero3_offload.json).
+    deepspeed_config: str = ""
+    # Seconds a collective waits for the other ranks before the run fails.
+    timeout_s: int = 1800
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -252,13 +274,15 @@ class Config:
     wandb: WandbConfig = field(default_factory=WandbConfig)
     log: LogConfig = field(default_factory=LogConfig)
     rl: RLConfig = field(default_factory=RLConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
 # Keys whose values are free-form mappings (their sub-keys are not checked here).
 _FREE_KEYS = {"env.kwargs"}
 
 # Keys that may change when a run is resumed; every other change is refused.
-RESUMABLE_KEYS = ("train.rounds", "run.dir", "run.threads", "log.", "wandb.", "checkpoint.")
+# distributed.*: checkpoints are independent of the engine and the number of ranks.
+RESUMABLE_KEYS = ("train.rounds", "run.dir", "run.threads", "log.", "wandb.", "checkpoint.", "distributed.")
 
 
 def is_resumable(key: str) -> bool:
@@ -402,6 +426,10 @@ def validate(cfg: Config) -> None:
     need(not (cfg.rl.backend == "triton" and cfg.run.device == "cpu"),
          "rl.backend=triton needs run.device=cuda (on a CPU use rl.backend=auto or torch)")
     need(cfg.wandb.mode in ("offline", "online", "disabled"), f"wandb.mode {cfg.wandb.mode!r}; choose offline, online or disabled")
+    need(cfg.eval.temperature >= 0 and cfg.eval.samples >= 1,
+         f"eval.temperature ({cfg.eval.temperature}) must be >= 0 and eval.samples ({cfg.eval.samples}) >= 1")
+    need(cfg.eval.temperature > 0 or cfg.eval.samples == 1,
+         f"eval.samples ({cfg.eval.samples}) > 1 needs eval.temperature > 0: greedy samples are all the same")
     need(cfg.checkpoint.every_steps >= 0, f"checkpoint.every_steps ({cfg.checkpoint.every_steps}) must be >= 0")
     need(cfg.checkpoint.keep_last >= 1, f"checkpoint.keep_last ({cfg.checkpoint.keep_last}) must be >= 1")
     for role in ("challenger", "solver"):
@@ -420,11 +448,34 @@ def validate(cfg: Config) -> None:
         mb = rc.loss.minibatch_size
         need(mb == 0 or (batch % mb == 0 and mb % rc.group_size == 0),
              f"{role}.loss.minibatch_size ({mb}) must divide batch_prompts*group_size ({batch}) and be a multiple of group_size ({rc.group_size})")
+    _validate_distributed(cfg, need)
     if cfg.model.path:
         need(Path(cfg.model.path).expanduser().is_dir(), f"model.path {cfg.model.path!r} is not a local directory (nothing is downloaded)")
     need(0.0 <= cfg.model.warmup.challenger_fraction <= 1.0,
          f"model.warmup.challenger_fraction ({cfg.model.warmup.challenger_fraction}) must be in [0, 1]")
     need(cfg.model.warmup.solver_max_level >= 1, f"model.warmup.solver_max_level ({cfg.model.warmup.solver_max_level}) must be >= 1")
+
+
+def _validate_distributed(cfg: Config, need) -> None:
+    dc = cfg.distributed
+    need(dc.engine in ("torch", "deepspeed"), f"distributed.engine {dc.engine!r}; choose torch or deepspeed")
+    need(dc.zero_stage in (0, 1, 2, 3), f"distributed.zero_stage ({dc.zero_stage}) must be 0, 1, 2 or 3")
+    need(dc.offload in ("none", "optimizer", "all"), f"distributed.offload {dc.offload!r}; choose none, optimizer or all")
+    need(dc.offload != "all" or dc.zero_stage == 3,
+         f"distributed.offload=all offloads parameters, which needs distributed.zero_stage=3 (got {dc.zero_stage})")
+    need(dc.micro_batch_size >= 0, f"distributed.micro_batch_size ({dc.micro_batch_size}) must be >= 0")
+    need(dc.rollout_seed in ("batch", "group"), f"distributed.rollout_seed {dc.rollout_seed!r}; choose batch or group")
+    need(dc.timeout_s > 0, f"distributed.timeout_s ({dc.timeout_s}) must be > 0")
+    if dc.engine == "deepspeed":
+        need(cfg.model.dtype != "float16", "distributed.engine=deepspeed trains in float32 or bfloat16 (with fp32 master "
+                                           "weights); set model.dtype=bfloat16 instead of float16")
+        need(not (cfg.model.lora.enabled and cfg.model.share_base and dc.zero_stage == 3),
+             "model.share_base=true with distributed.zero_stage=3: two engines cannot partition one shared base; "
+             "use zero_stage 0-2 (the frozen base is replicated, adapters and their optimizer states are sharded) "
+             "or model.share_base=false")
+        if dc.deepspeed_config:
+            need(Path(dc.deepspeed_config).expanduser().is_file(),
+                 f"distributed.deepspeed_config {dc.deepspeed_config!r} is not a file")
 
 
 def to_yaml(cfg: Config) -> str:

@@ -18,7 +18,7 @@ def evaluate_run(run_dir: Path) -> dict:
     SelfPlayTrainer.__init__(trainer, cfg, resume=True)
     trainer.monitor.close()
     results = evaluate_solver(trainer.roles["solver"], trainer.tokenizer, trainer.env, trainer.benchmark,
-                              cfg.eval.max_new_tokens, cfg.solver.sampling.batch_size)
+                              cfg.eval, cfg.solver.sampling.batch_size)
     results["round"] = trainer.round
     (run_dir / "eval.json").write_text(json.dumps(results, indent=1))
     return results

@@ -6,18 +6,22 @@ from collections import defaultdict
 import torch
 
 from curriculum.config import LossConfig
+from curriculum.distributed import SingleProcess
 from curriculum.policy import Role, global_grad_norm, lr_of
 from curriculum.rl import compute_advantages, policy_loss, sequence_logprobs
 from curriculum.rollout import Rollout
 
 
 def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip: float,
-                backend: str = "auto", seed: int = 0) -> dict[str, float]:
+                backend: str = "auto", seed: int = 0, dist: SingleProcess | None = None) -> dict[str, float]:
     """Advantages -> clipped-surrogate steps over minibatches -> averaged statistics.
 
     The behaviour log-probs are computed once, before any step, with the current
     weights (on-policy sampling), so with one epoch and one minibatch the ratio is 1.
+    A role with a DeepSpeed engine takes ``engine_update`` (any number of ranks).
     """
+    if role.engine is not None:
+        return engine_update(role, rollout, loss_cfg, backend=backend, seed=seed, dist=dist or SingleProcess())
     role.activate()
     model = role.model
     device = next(model.parameters()).device
@@ -73,3 +77,109 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
         response_tokens_mean=float(batch.response_mask.sum(-1).mean()),
     )
     return out
+
+
+def _denominator(mask_bt: torch.Tensor, aggregation: str) -> float:
+    """What the aggregation divides by: valid tokens (token-mean) or sequences with any (the others)."""
+    counts = mask_bt.sum(-1)
+    return float(counts.sum() if aggregation == "token-mean" else (counts > 0).sum())
+
+
+def _plan(n: int, mb: int, epochs: int, gen: torch.Generator, rank: int, world: int, gas: int):
+    """[(global minibatch indices [mb], this rank's micro-batches [[mb / world / gas]] )] in step order.
+
+    The same permutation as the single-process update; each minibatch is cut into
+    ``world`` contiguous shares and a share into ``gas`` micro-batches.
+    """
+    plan = []
+    for _ in range(epochs):
+        order = torch.randperm(n, generator=gen) if mb < n else torch.arange(n)
+        for start in range(0, n, mb):
+            idx = order[start : start + mb]
+            plan.append((idx, list(idx.tensor_split(world)[rank].tensor_split(gas))))
+    return plan
+
+
+def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, backend: str, seed: int,
+                  dist: SingleProcess) -> dict[str, float]:
+    """``grpo_update`` through a DeepSpeed engine, each rank taking 1/world of every minibatch.
+
+    ``rollout`` is the global batch (identical on every rank). A micro-batch's loss is
+    scaled by ``world * local_denominator / global_denominator`` of its minibatch, so
+    the engine's average over ranks (and its unscaled accumulation) yields the gradient
+    of the global minibatch loss: N ranks x B/N sequences match 1 rank x B.
+    Clipping, accumulation and the (sharded) AdamW step happen in ``engine.step``.
+    """
+    role.activate()
+    model, engine = role.model, role.engine
+    device = engine.device
+    batch = rollout.to(device)
+    adv_n = compute_advantages(batch.rewards, batch.group_ids, loss_cfg.estimator, backend=backend)
+    n, norm_len = len(batch), batch.response_mask.shape[-1]
+    mb = loss_cfg.minibatch_size or n
+    plan = _plan(n, mb, loss_cfg.epochs, torch.Generator().manual_seed(seed), dist.rank, dist.world,
+                 engine.gradient_accumulation_steps())
+
+    def logprobs(m, **kw):
+        return sequence_logprobs(model, batch.input_ids[m], batch.attention_mask[m], backend=backend, **kw)
+
+    with torch.no_grad():  # behaviour (and reference) log-probs of every planned micro-batch, before any step
+        old = [[logprobs(m.to(device))[0] for m in micros] for _, micros in plan]
+        ref = None
+        if loss_cfg.kl_coef > 0:
+            ref = [[role.reference_logprobs(batch.input_ids[m], batch.attention_mask[m], backend=backend)
+                    for m in micros] for _, micros in plan]
+    per_step: list[dict[str, float]] = []
+    model.train()
+    for j, (idx, micros) in enumerate(plan):
+        total = max(_denominator(batch.response_mask[idx.to(device)], loss_cfg.aggregation), 1.0)
+        sums: dict[str, float] = defaultdict(float)
+        for k, m in enumerate(micros):
+            m = m.to(device)
+            mask_bt = batch.response_mask[m]
+            logp_bt, ent_bt = logprobs(m, with_entropy=True)
+            loss, stats = policy_loss(
+                logp_bt, old[j][k], adv_n[m], mask_bt,
+                clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high, kl_coef=loss_cfg.kl_coef,
+                ref_logp=None if ref is None else ref[j][k], aggregation=loss_cfg.aggregation,
+                backend=backend, norm_len=norm_len,
+            )
+            share = _denominator(mask_bt, loss_cfg.aggregation) / total
+            engine.backward(loss * (share * dist.world), scale_wrt_gas=False)
+            engine.step()
+            with torch.no_grad():
+                tokens = float(mask_bt.sum())
+                stats["entropy"] = float((ent_bt * mask_bt.to(ent_bt.dtype)).sum()) / max(tokens, 1.0)
+            for key, v in stats.items():  # token means, re-weighted into the minibatch's token mean
+                sums[key] += v * tokens
+            sums["_tokens"] += tokens
+            sums["loss"] += float(loss.detach()) * share
+        per_step.append(dict(sums))
+        per_step[-1]["grad_norm"] = float(engine.get_global_grad_norm() or 0.0)
+    model.eval()
+    out = _combine(dist.all_gather_object(per_step))
+    out.update(
+        reward_mean=float(batch.rewards.mean()),
+        reward_std=float(batch.rewards.std()) if n > 1 else 0.0,
+        adv_abs_mean=float(adv_n.abs().mean()),
+        lr=lr_of(role),
+        optimizer_steps=float(len(plan)),
+        response_tokens_mean=float(batch.response_mask.sum(-1).mean()),
+    )
+    return out
+
+
+def _combine(per_rank: list[list[dict[str, float]]]) -> dict[str, float]:
+    """Per-rank, per-step partial sums -> the mean over steps of each step's global statistics."""
+    steps = len(per_rank[0])
+    out: dict[str, float] = defaultdict(float)
+    for j in range(steps):
+        parts = [r[j] for r in per_rank]
+        tokens = max(sum(p["_tokens"] for p in parts), 1.0)
+        for key in parts[0]:
+            if key in ("_tokens", "grad_norm"):
+                continue
+            total = sum(p.get(key, 0.0) for p in parts)
+            out[key] += (total if key == "loss" else total / tokens) / steps
+        out["grad_norm"] += parts[0]["grad_norm"] / steps
+    return dict(out)

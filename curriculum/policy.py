@@ -12,6 +12,7 @@ import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -33,6 +34,10 @@ class Role:
     scheduler: torch.optim.lr_scheduler.LRScheduler
     reference: torch.nn.Module | None = None
     params: list[torch.nn.Parameter] = field(default_factory=list)
+    # DeepSpeed engine stepping ``params`` (distributed.engine=deepspeed); None: plain optimizer.
+    engine: Any = None
+    # Keeps transformers aware of ZeRO-3 (generate() then steps ranks in sync) while alive.
+    hf_ds_config: Any = None
 
     def activate(self) -> "Role":
         """Make this role's adapter the active one (no-op for full models)."""
@@ -51,9 +56,19 @@ class Role:
         return sequence_logprobs(self.reference, input_ids, attention_mask, backend=backend)[0]
 
     def trainer_state(self) -> dict:
+        """A torch optimizer state dict over ``params`` either way (collective under DeepSpeed)."""
+        if self.engine is not None:
+            from curriculum.distributed import export_trainer_state
+
+            return export_trainer_state(self)
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
 
     def load_trainer_state(self, state: dict) -> None:
+        if self.engine is not None:
+            from curriculum.distributed import import_trainer_state
+
+            import_trainer_state(self, state)
+            return
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
 
@@ -111,7 +126,8 @@ def build_roles(cfg: Config, base, device: torch.device) -> dict[str, Role]:
     """Wrap ``base`` into the two roles according to the sharing mode."""
     needs_ref = any(getattr(cfg, r).loss.kl_coef > 0 for r in ROLES)
     if cfg.model.gradient_checkpointing:
-        base.gradient_checkpointing_enable()
+        # Non-reentrant: gradients reach LoRA weights behind a frozen embedding, and ZeRO-3 hooks work.
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     base.to(device)
     if cfg.model.lora.enabled:
         return _lora_roles(cfg, base)

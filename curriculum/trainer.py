@@ -28,9 +28,10 @@ from challenger.proposals import Parsed, parse_proposals
 from challenger.rewards import challenger_rewards, repetition_penalty
 from curriculum.checkpoint import CheckpointManager, read_state
 from curriculum.config import Config, to_yaml
+from curriculum.distributed import check_world, full_parameters, init_dist, run_sharded, wrap_deepspeed
 from curriculum.envs import Task, benchmark, make_env
 from curriculum.grpo import grpo_update
-from curriculum.monitor import Monitor
+from curriculum.monitor import Monitor, NullMonitor
 from curriculum.policy import ROLES, build_roles, load_base, load_role_weights, resolve_device, save_role
 from curriculum.pool import PoolEntry, TaskPool
 from curriculum.rollout import Completion, generate, pack
@@ -103,13 +104,16 @@ class SelfPlayTrainer:
             torch.set_num_threads(cfg.run.threads)
         torch.use_deterministic_algorithms(cfg.run.deterministic, warn_only=True)
         seed_everything(cfg.run.seed)
-        self.progress = cfg.log.progress
         self.device = resolve_device(cfg.run.device)
+        self.dist = init_dist(cfg, self.device)
+        check_world(cfg, self.dist.world)
+        if self.device.type == "cuda" and self.dist.world > 1:
+            self.device = torch.device("cuda", self.dist.local_rank)
+        self.progress = cfg.log.progress and self.dist.is_main
         self.env = make_env(cfg.env.name, **cfg.env.kwargs)
         self.benchmark = benchmark(self.env, cfg.eval.seed, cfg.eval.per_level)
         self.held_out = {t.text for t in self.benchmark}
-        base, self.tokenizer = load_base(cfg, self.env, self.held_out, self.progress)
-        self.roles = build_roles(cfg, base, self.device)
+        self.roles = self._build_roles()
         self.pool = TaskPool(cfg.curriculum.pool_capacity, cfg.curriculum.max_age, cfg.curriculum.sampler)
         self.ckpt = CheckpointManager(self.run_dir / "checkpoints", cfg.checkpoint.keep_last)
         self.round = 0  # rounds completed
@@ -121,11 +125,27 @@ class SelfPlayTrainer:
         wandb_id, keep_lines = None, None
         if resume:
             wandb_id, keep_lines = self._restore()
-        else:
+        elif self.dist.is_main:
             (self.run_dir / "config.yaml").write_text(to_yaml(cfg))
+        if not self.dist.is_main:  # one writer of metrics, tasks and wandb
+            self.monitor = NullMonitor()
+            return
         self.monitor = Monitor(self.run_dir, config=dataclasses.asdict(cfg), wandb_mode=cfg.wandb.mode,
                                project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name,
                                wandb_id=wandb_id, keep_lines=keep_lines)
+
+    def _build_roles(self):
+        """Base model -> roles (-> one DeepSpeed engine per role). Rank 0 fills the warm-up cache first."""
+        base, self.tokenizer = None, None
+        if self.dist.is_main:
+            base, self.tokenizer = load_base(self.cfg, self.env, self.held_out, self.progress)
+        self.dist.barrier()
+        if not self.dist.is_main:
+            base, self.tokenizer = load_base(self.cfg, self.env, self.held_out, self.progress)
+        roles = build_roles(self.cfg, base, self.device)
+        if self.cfg.distributed.engine == "deepspeed":
+            wrap_deepspeed(roles, self.cfg, self.dist.world)
+        return roles
 
     # ---------------------------------------------------------------- the loop
 
@@ -162,15 +182,10 @@ class SelfPlayTrainer:
         stages = self.stages()
         every = self.cfg.checkpoint.every_steps
         for k in range(self.stage, len(stages)):
-            phase, step = stages[k]
-            if phase == "challenger":
-                probes = self.probe(self.propose(r, "challenger", step, self._challenger_batch()), r, "probe", step)
-                self.update_challenger(r, step, probes)
-            elif phase == "fill":
-                self.fill_pool(r)
-            else:
-                self.update_solver(r, step)
+            self.run_stage(r, *stages[k])
             self.stage = k + 1
+            if self.dist.world > 1:  # a signal may reach the ranks at different steps: stop together
+                self.stop.requested = any(self.dist.all_gather_object(self.stop.requested))
             if self.stop.requested or (every > 0 and self.stage % every == 0 and self.stage < len(stages)):
                 self.save_checkpoint(r - 1)
                 if self.stop.requested:
@@ -182,6 +197,15 @@ class SelfPlayTrainer:
         self.save_checkpoint(r)
         return not self.stop.requested
 
+    def run_stage(self, r: int, phase: str, step: int) -> None:
+        if phase == "challenger":
+            probes = self.probe(self.propose(r, "challenger", step, self._challenger_batch()), r, "probe", step)
+            self.update_challenger(r, step, probes)
+        elif phase == "fill":
+            self.fill_pool(r)
+        else:
+            self.update_solver(r, step)
+
     # ---------------------------------------------------------------- phases
 
     def _challenger_batch(self) -> int:
@@ -191,13 +215,34 @@ class SelfPlayTrainer:
         """Generation: the challenger samples ``n`` proposals; the environment parses each."""
         sc = self.cfg.challenger.sampling
         role = self.roles["challenger"].activate()
+
+        def work(prompts: list[str], seed: int) -> list[tuple[Completion, Parsed]]:
+            comps = generate(role.model, self.tokenizer, prompts, max_new_tokens=sc.max_new_tokens,
+                             temperature=sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size,
+                             seed=seed, desc=f"propose r{r}", progress=self.progress)
+            parsed = parse_proposals([c.text for c in comps], self.env.parse_proposal,
+                                     finished=[c.finished for c in comps])
+            return list(zip(comps, parsed))
+
         prompts = [self.env.challenger_prompt()] * n
-        comps = generate(role.model, self.tokenizer, prompts, max_new_tokens=sc.max_new_tokens,
-                         temperature=sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size,
-                         seed=derive_seed(self.cfg.run.seed, r, phase, step), desc=f"propose r{r}",
-                         progress=self.progress)
-        parsed = parse_proposals([c.text for c in comps], self.env.parse_proposal, finished=[c.finished for c in comps])
-        return list(zip(comps, parsed))
+        return self._sharded(prompts, self.cfg.challenger.group_size, work, (r, phase, step))
+
+    def _sharded(self, items: list, unit: int, work, parts: tuple) -> list:
+        """``work(items, seed)`` over this rank's share of ``items`` (in units of ``unit``), gathered.
+
+        One process in batch mode: a single call seeded derive_seed(run.seed, *parts), the
+        single-process run itself. Ranks in batch mode add their rank to the seed; group
+        mode seeds each unit from its index, whatever the number of ranks.
+        """
+        units = [items[i : i + unit] for i in range(0, len(items), unit)]
+        base = (self.cfg.run.seed, *parts)
+
+        def seed_of(u: int | None) -> int:
+            if u is not None:
+                return derive_seed(*base, "unit", u)
+            return derive_seed(*base) if self.dist.world == 1 else derive_seed(*base, "rank", self.dist.rank)
+
+        return run_sharded(self.dist, units, work, seed_of, per_unit=self.cfg.distributed.rollout_seed == "group")
 
     def probe(self, proposals, r: int, phase: str, step: int) -> list[tuple[Completion, Probe]]:
         """Probing: the frozen solver answers each distinct valid task m times; p = mean score."""
@@ -206,25 +251,30 @@ class SelfPlayTrainer:
         for _, p in proposals:
             if p.valid:
                 tasks.setdefault(p.task.text, p.task)
-        rates = self._solve_rates(list(tasks.values()), m, derive_seed(self.cfg.run.seed, r, phase, step))
+        rates = self._solve_rates(list(tasks.values()), m, (r, phase, step))
         return [(c, Probe(p, rates[p.task.text] if p.valid else None)) for c, p in proposals]
 
-    def _solve_rates(self, tasks: list[Task], m: int, seed: int) -> dict[str, float]:
+    def _solve_rates(self, tasks: list[Task], m: int, parts: tuple) -> dict[str, float]:
         if not tasks:
             return {}
-        comps = self._answer(tasks, m, seed, desc="probe")
-        return {t.text: solve_rate(self._scores(t, comps[i * m : (i + 1) * m])) for i, t in enumerate(tasks)}
+        scores = [s for _, s in self._answer(tasks, m, parts, desc="probe")]
+        return {t.text: solve_rate(scores[i * m : (i + 1) * m]) for i, t in enumerate(tasks)}
 
-    def _answer(self, tasks: list[Task], m: int, seed: int, desc: str) -> list[Completion]:
+    def _answer(self, tasks: list[Task], m: int, parts: tuple, desc: str) -> list[tuple[Completion, float]]:
+        """m scored answers per task (task-major), generated and verified on this rank's share of tasks."""
         sc = self.cfg.solver.sampling
         role = self.roles["solver"].activate()
-        prompts = [self.env.solver_prompt(t) for t in tasks for _ in range(m)]
-        return generate(role.model, self.tokenizer, prompts, max_new_tokens=sc.max_new_tokens,
-                        temperature=sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size, seed=seed,
-                        desc=desc, progress=self.progress)
 
-    def _scores(self, task: Task, comps: list[Completion]) -> list[float]:
-        return [s if c.finished else 0.0 for s, c in zip(score_all(lambda x: self.env.score(task, x), [c.text for c in comps]), comps)]
+        def work(items: list[Task], seed: int) -> list[tuple[Completion, float]]:
+            comps = generate(role.model, self.tokenizer, [self.env.solver_prompt(t) for t in items],
+                             max_new_tokens=sc.max_new_tokens, temperature=sc.temperature, top_p=sc.top_p,
+                             batch_size=sc.batch_size, seed=seed, desc=desc, progress=self.progress)
+            return list(zip(comps, [self._score(t, c) for t, c in zip(items, comps)]))
+
+        return self._sharded([t for t in tasks for _ in range(m)], m, work, parts)
+
+    def _score(self, task: Task, comp: Completion) -> float:
+        return score_all(lambda x: self.env.score(task, x), [comp.text])[0] if comp.finished else 0.0
 
     def update_challenger(self, r: int, step: int, probes: list[tuple[Completion, Probe]]) -> None:
         """Reward = gate x (frontier(p) - lambda x repetition); one GRPO step on the challenger."""
@@ -301,10 +351,11 @@ class SelfPlayTrainer:
             self.monitor.log({"solver/skipped": 1}, round=r, phase="update_solver")
             return
         g = self.cfg.solver.group_size
-        comps = self._answer(tasks, g, derive_seed(self.cfg.run.seed, r, "solver", step), desc=f"solve r{r}")
+        answers = self._answer(tasks, g, (r, "solver", step), desc=f"solve r{r}")
+        comps, scores = [c for c, _ in answers], [s for _, s in answers]
         rewards, rates = [], []
         for i, t in enumerate(tasks):
-            s = self._scores(t, comps[i * g : (i + 1) * g])
+            s = scores[i * g : (i + 1) * g]
             rewards += s
             rates.append(solve_rate(s))
             if self.cfg.curriculum.mode == "selfplay":
@@ -321,7 +372,8 @@ class SelfPlayTrainer:
         rc = getattr(self.cfg, name)
         t0 = time.time()
         stats = grpo_update(self.roles[name], rollout, rc.loss, grad_clip=rc.optim.grad_clip,
-                            backend=self.cfg.rl.backend, seed=derive_seed(self.cfg.run.seed, r, name, "minibatch", step))
+                            backend=self.cfg.rl.backend, seed=derive_seed(self.cfg.run.seed, r, name, "minibatch", step),
+                            dist=self.dist)
         self.steps[name] += int(stats.pop("optimizer_steps"))
         out = {f"{name}/{k}": v for k, v in stats.items()}
         out[f"{name}/steps"] = self.steps[name]
@@ -329,10 +381,10 @@ class SelfPlayTrainer:
         return out
 
     def evaluate(self, r: int) -> dict[str, float]:
-        """Held-out benchmark, greedy decoding, accuracy overall and per level."""
+        """Held-out benchmark (greedy, or mean@k when sampled), accuracy overall and per level."""
         t0 = time.time()
-        results = evaluate_solver(self.roles["solver"], self.tokenizer, self.env, self.benchmark,
-                                  self.cfg.eval.max_new_tokens, self.cfg.solver.sampling.batch_size)
+        results = evaluate_solver(self.roles["solver"], self.tokenizer, self.env, self.benchmark, self.cfg.eval,
+                                  self.cfg.solver.sampling.batch_size)
         results["time/eval_s"] = time.time() - t0
         self.monitor.log(results, round=r, phase="eval")
         return results
@@ -351,6 +403,8 @@ class SelfPlayTrainer:
             })
 
     def write_task_log(self, r: int) -> None:
+        if not self.dist.is_main:
+            return
         path = self.run_dir / "tasks" / f"round_{r:04d}.jsonl"
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(rec) + "\n" for rec in self.task_log))
@@ -373,29 +427,55 @@ class SelfPlayTrainer:
             "time": time.time(),
         }
         self.monitor.flush()
-
-        def write(tmp: Path) -> None:
-            for name, role in self.roles.items():
-                save_role(role, tmp / name, self.tokenizer)
-                torch.save(role.trainer_state(), tmp / f"{name}_optim.pt")
+        self._check_in_sync()
+        # "round_0002" < "round_0002+003" (3 stages into round 3) < "round_0003": names sort in run order.
+        name = f"round_{r:04d}" + (f"+{self.stage:03d}" if self.stage else "")
+        main = self.dist.is_main
+        tmp = self.ckpt.begin(name) if main else None
+        # Every rank takes part (DeepSpeed gathers partitions); rank 0 writes.
+        for role_name, role in self.roles.items():
+            trainer_state = role.trainer_state()
+            with full_parameters(role):
+                if main:
+                    save_role(role, tmp / role_name, self.tokenizer)
+                    torch.save(trainer_state, tmp / f"{role_name}_optim.pt")
+        if main:
             torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, tmp / "rng.pt")
             (tmp / "pool.json").write_text(json.dumps(self.pool.state_dict()))
             (tmp / "round_tasks.json").write_text(json.dumps(self.task_log))
-
-        # "round_0002" < "round_0002+003" (3 stages into round 3) < "round_0003": names sort in run order.
-        name = f"round_{r:04d}" + (f"+{self.stage:03d}" if self.stage else "")
-        self.last_checkpoint = self.ckpt.save(name, write, state)
+            self.last_checkpoint = self.ckpt.finish(name, tmp, state)
+        # Also a barrier: no rank runs ahead of (or exits before) a complete checkpoint.
+        self.last_checkpoint = self.dist.broadcast_object(self.last_checkpoint)
         return self.last_checkpoint
 
+    def fingerprint(self) -> str:
+        """What every rank must agree on: counters, pool, task log and (unless partitioned) the weights."""
+        h = hashlib.sha256(json.dumps([self.round, self.stage, self.steps, self.pool.state_dict(), self.task_log],
+                                      sort_keys=True, default=str).encode())
+        for role in self.roles.values():
+            if role.engine is None or role.engine.zero_optimization_stage() < 3:
+                h.update(repr([float(p.detach().double().sum()) for p in role.params]).encode())
+        return h.hexdigest()
+
+    def _check_in_sync(self) -> None:
+        """Fail loudly, before a checkpoint is written, if the ranks have drifted apart."""
+        if self.dist.world == 1:
+            return
+        prints = self.dist.all_gather_object(self.fingerprint())
+        if len(set(prints)) > 1:
+            raise RuntimeError(f"ranks out of sync at round {self.round} stage {self.stage}: "
+                               + ", ".join(f"rank {i}: {p[:12]}" for i, p in enumerate(prints)))
+
     def _restore(self) -> tuple[str | None, int]:
-        path = self.ckpt.latest()
+        path = self.dist.broadcast_object(self.ckpt.latest() if self.dist.is_main else None)
         if path is None:
             raise FileNotFoundError(f"no complete checkpoint under {self.ckpt.dir}")
         log.info("resuming from %s", path)
         state = read_state(path)
         for name, role in self.roles.items():
-            load_role_weights(role, path / name)
+            with full_parameters(role, modifier_rank=0):
+                load_role_weights(role, path / name)
             role.load_trainer_state(torch.load(path / f"{name}_optim.pt", weights_only=False))
         rng = torch.load(path / "rng.pt", weights_only=False)
         random.setstate(rng["python"])
@@ -412,14 +492,24 @@ class SelfPlayTrainer:
 
 
 @torch.no_grad()
-def evaluate_solver(role, tokenizer, env, tasks: list[Task], max_new_tokens: int, batch_size: int) -> dict[str, float]:
+def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int) -> dict[str, float]:
+    """Accuracy on ``tasks``: greedy, or the mean over ``eval_cfg.samples`` samples per task.
+
+    Sampling is seeded from ``eval_cfg.seed`` alone, so every round is scored on the
+    same random stream (round-to-round differences are the model's, not the dice's).
+    """
     role.activate()
-    comps = generate(role.model, tokenizer, [env.solver_prompt(t) for t in tasks], max_new_tokens=max_new_tokens,
-                     greedy=True, batch_size=batch_size)
+    k = eval_cfg.samples
+    greedy = eval_cfg.temperature == 0
+    prompts = [env.solver_prompt(t) for t in tasks for _ in range(k)]
+    comps = generate(role.model, tokenizer, prompts, max_new_tokens=eval_cfg.max_new_tokens, greedy=greedy,
+                     temperature=eval_cfg.temperature if not greedy else 1.0, batch_size=batch_size,
+                     seed=eval_cfg.seed)
     correct: dict[int, list[float]] = {}
-    for t, c in zip(tasks, comps):
-        s = score_all(lambda x: env.score(t, x), [c.text])[0] if c.finished else 0.0
-        correct.setdefault(t.level, []).append(s)
+    for i, t in enumerate(tasks):
+        group = comps[i * k : (i + 1) * k]
+        scores = score_all(lambda x: env.score(t, x), [c.text for c in group])
+        correct.setdefault(t.level, []).extend(s if c.finished else 0.0 for s, c in zip(scores, group))
     out = {"eval/accuracy": float(np.mean([s for v in correct.values() for s in v]))}
     for level in sorted(correct):
         out[f"eval/accuracy/tier_{level}"] = float(np.mean(correct[level]))

@@ -3,7 +3,9 @@
 #   1. correctness of every Triton kernel against its torch twin on CUDA (pytest, in-process);
 #   2. triton.testing.do_bench timings and achieved GB/s against a measured device copy
 #      (H200 HBM3e: ~4.8 TB/s peak, ~4.3 TB/s reachable by a copy);
-#   3. the advantage and log-prob benchmarks on CUDA.
+#   3. the advantage and log-prob benchmarks on CUDA;
+#   4. one self-play round of a random-init Qwen2-0.5B-architecture model (scripts/gpu_check_selfplay.py):
+#      rollout and training tokens/s, model FLOPs utilisation (selfplay*.json).
 # Results go to $OUT (default ./gpu_check_out): gpu_check.txt (everything), bench.json.
 # Usage: OUT=/some/dir PYTHON=python3 bash scripts/gpu_check.sh
 set -uo pipefail
@@ -126,6 +128,20 @@ timeout 150 "$PY" scripts/bench_advantages.py --device cuda --backend auto --siz
 step "bench_logprob_memory on CUDA (bf16, CUDA peak allocated)"
 timeout 200 "$PY" scripts/bench_logprob_memory.py --device cuda --dtype bfloat16 --tokens 8192 --hidden 1024,4096 || status=1
 timeout 100 "$PY" scripts/bench_logprob_memory.py --device cuda --dtype bfloat16 --tokens 8192 --hidden 4096 --mode trainable-head || status=1
+
+# ---------------------------------------------------------------------------------------
+# Self-play round (the multi-GPU issue): a random-init model of Qwen2-0.5B's architecture,
+# one round of the trainer's phases on this GPU; rollout and training tokens/s and MFU.
+# Results: selfplay.json (two full models) and selfplay_lora.json (shared base, LoRA).
+# CPU dry run of this part: GPU_CHECK_SMOKE=1 python scripts/gpu_check_selfplay.py --out /tmp/s.json
+step "self-play round: random-init Qwen2-0.5B architecture, full models (tokens/s, MFU)"
+timeout 300 "$PY" scripts/gpu_check_selfplay.py --out "$OUT/selfplay.json" 2>&1 | tail -6
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+step "self-play round: random-init Qwen2-0.5B architecture, LoRA on a shared base (tokens/s, MFU)"
+timeout 240 "$PY" scripts/gpu_check_selfplay.py --lora --out "$OUT/selfplay_lora.json" 2>&1 | tail -6
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+# ---------------------------------------------------------------------------------------
 
 step "done: status=$status"
 exit "$status"
