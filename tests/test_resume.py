@@ -5,6 +5,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -86,11 +87,10 @@ def test_sigterm_mid_phase_checkpoints_and_resumes(tmp_path, straight, common):
     run = tmp_path / "termed"
     overrides = [o for o in common if not o.startswith("checkpoint.every_steps")]
     proc = start("train", "configs/demo_cpu.yaml", *overrides, "--run-dir", run)
-    # Wait until round 1 is under way (round 0's checkpoint exists), then SIGTERM.
-    while not (run / "checkpoints" / "round_0000").exists():
+    # SIGTERM as soon as round 1's first step has logged: the run is then inside round 1.
+    while metric_lines(run) < 2:
         assert proc.poll() is None, proc.stderr.read()[-3000:]
-        time.sleep(0.05)
-    time.sleep(0.5)
+        time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
@@ -130,14 +130,26 @@ def test_second_signal_exits_at_once(tmp_path, common):
     overrides = [o for o in common if not o.startswith("checkpoint.every_steps")]
     proc = start("train", "configs/demo_cpu.yaml", *overrides, "train.rounds=50", "curriculum.fill_proposals=4000",
                  "--run-dir", run)
+    err_lines: list[str] = []
+
+    def read_stderr():
+        for line in iter(proc.stderr.readline, ""):
+            err_lines.append(line)
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     while metric_lines(run) < 2:  # round 0 eval, round 1 challenger step: now filling the pool
-        assert proc.poll() is None, proc.stderr.read()[-3000:]
-        time.sleep(0.02)
-    time.sleep(0.3)
+        assert proc.poll() is None, "".join(err_lines)[-3000:]
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.5)  # the same signal twice at once is delivered once
+    # The same signal twice at once is delivered once: wait until the first was handled.
+    deadline = time.time() + 30
+    while "finishing the current step" not in "".join(err_lines) and time.time() < deadline:
+        time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    proc.wait(timeout=60)
+    reader.join(timeout=10)
+    err = "".join(err_lines)
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
     assert "second signal" in err
     # What was written before is intact and resumable.
