@@ -77,15 +77,8 @@ def _group_adv_kernel(
     tl.store(adv_ptr + offs_i, adv, mask=in_i & first)
     tl.store(cnt_ptr + offs_i, cnt, mask=in_i & first)
     if WRITE_TOKENS:
-        rows = offs_i.to(tl.int64)
-        t_start = pid_t * t_per_prog
-        for t0 in range(0, t_per_prog, BLOCK_T):
-            offs_t = t_start + t0 + tl.arange(0, BLOCK_T)
-            ok = in_i[:, None] & (offs_t[None, :] < T)
-            m = tl.load(mask_ptr + rows[:, None] * stride_mn + offs_t[None, :] * stride_mt, mask=ok, other=0)
-            val = adv[:, None] * m.to(adv.dtype)
-            tl.store(out_ptr + rows[:, None] * stride_on + offs_t[None, :] * stride_ot,
-                     val.to(out_ptr.dtype.element_ty), mask=ok)
+        _store_token_advantages(adv, offs_i, in_i, pid_t * t_per_prog, t_per_prog, T, mask_ptr, out_ptr,
+                                stride_mn, stride_mt, stride_on, stride_ot, BLOCK_T)
 
 
 @triton.jit
@@ -96,8 +89,17 @@ def _broadcast_kernel(
     offs_i = tl.program_id(0) * BLOCK_I + tl.arange(0, BLOCK_I)
     in_i = offs_i < N
     adv = tl.load(adv_ptr + offs_i, mask=in_i, other=0.0)
+    _store_token_advantages(adv, offs_i, in_i, tl.program_id(1) * t_per_prog, t_per_prog, T, mask_ptr, out_ptr,
+                            stride_mn, stride_mt, stride_on, stride_ot, BLOCK_T)
+
+
+@triton.jit
+def _store_token_advantages(
+    adv, offs_i, in_i, t_start, t_per_prog, T, mask_ptr, out_ptr, stride_mn, stride_mt, stride_on, stride_ot,
+    BLOCK_T: tl.constexpr,
+):
+    """out[i, t] = adv[i] * mask[i, t] for this program's rows and its span of T."""
     rows = offs_i.to(tl.int64)
-    t_start = tl.program_id(1) * t_per_prog
     for t0 in range(0, t_per_prog, BLOCK_T):
         offs_t = t_start + t0 + tl.arange(0, BLOCK_T)
         ok = in_i[:, None] & (offs_t[None, :] < T)
