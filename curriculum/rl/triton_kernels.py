@@ -186,6 +186,12 @@ N_PARTIALS = 8  # loss_sum, mask_sum, clip_low, clip_high, approx_kl, ratio, kl_
 
 
 @triton.jit
+def _load_row(ptr, b, s_b, offs, s_t, ok, valid):
+    """Row ``b`` at ``offs`` as fp32, 0 outside the mask: garbage (inf) there never reaches the maths."""
+    return tl.where(valid, tl.load(ptr + b * s_b + offs * s_t, mask=ok, other=0.0).to(tl.float32), 0.0)
+
+
+@triton.jit
 def _pg_fwd_kernel(
     logp_ptr, old_ptr, adv_ptr, ref_ptr, mask_ptr, part_ptr,
     T, s_lb, s_lt, s_ob, s_ot, s_ab, s_at, s_rb, s_rt, s_mb, s_mt,
@@ -207,16 +213,15 @@ def _pg_fwd_kernel(
         ok = offs < T
         m = tl.load(mask_ptr + b * s_mb + offs * s_mt, mask=ok, other=0).to(tl.float32)
         valid = m != 0.0
-        # Values outside the mask are never used, so garbage (inf) there cannot leak NaN.
-        lp = tl.where(valid, tl.load(logp_ptr + b * s_lb + offs * s_lt, mask=ok, other=0.0).to(tl.float32), 0.0)
-        olp = tl.where(valid, tl.load(old_ptr + b * s_ob + offs * s_ot, mask=ok, other=0.0).to(tl.float32), 0.0)
-        a = tl.where(valid, tl.load(adv_ptr + b * s_ab + offs * s_at, mask=ok, other=0.0).to(tl.float32), 0.0)
+        lp = _load_row(logp_ptr, b, s_lb, offs, s_lt, ok, valid)
+        olp = _load_row(old_ptr, b, s_ob, offs, s_ot, ok, valid)
+        a = _load_row(adv_ptr, b, s_ab, offs, s_at, ok, valid)
         log_ratio = lp - olp
         ratio = tl.exp(log_ratio)
         clipped = tl.minimum(tl.maximum(ratio, 1.0 - clip_low), 1.0 + clip_high)
         loss = -tl.minimum(ratio * a, clipped * a)
         if HAS_REF:
-            rl = tl.where(valid, tl.load(ref_ptr + b * s_rb + offs * s_rt, mask=ok, other=0.0).to(tl.float32), 0.0)
+            rl = _load_row(ref_ptr, b, s_rb, offs, s_rt, ok, valid)
             d = rl - lp
             kl = tl.exp(d) - d - 1.0  # k3 (Schulman, 2020)
             loss += kl_coef * kl
@@ -249,15 +254,15 @@ def _pg_bwd_kernel(
     ok = offs < T
     m = tl.load(mask_ptr + b * s_mb + offs * s_mt, mask=ok, other=0).to(tl.float32)
     valid = m != 0.0
-    lp = tl.where(valid, tl.load(logp_ptr + b * s_lb + offs * s_lt, mask=ok, other=0.0).to(tl.float32), 0.0)
-    olp = tl.where(valid, tl.load(old_ptr + b * s_ob + offs * s_ot, mask=ok, other=0.0).to(tl.float32), 0.0)
-    a = tl.where(valid, tl.load(adv_ptr + b * s_ab + offs * s_at, mask=ok, other=0.0).to(tl.float32), 0.0)
+    lp = _load_row(logp_ptr, b, s_lb, offs, s_lt, ok, valid)
+    olp = _load_row(old_ptr, b, s_ob, offs, s_ot, ok, valid)
+    a = _load_row(adv_ptr, b, s_ab, offs, s_at, ok, valid)
     ratio = tl.exp(lp - olp)
     # d/dlogp of -min(rA, clip(r)A): 0 where the clipped branch is active, else -A r.
     cut = ((a > 0.0) & (ratio > 1.0 + clip_high)) | ((a < 0.0) & (ratio < 1.0 - clip_low))
     g = tl.where(cut, 0.0, -a * ratio)
     if HAS_REF:
-        rl = tl.where(valid, tl.load(ref_ptr + b * s_rb + offs * s_rt, mask=ok, other=0.0).to(tl.float32), 0.0)
+        rl = _load_row(ref_ptr, b, s_rb, offs, s_rt, ok, valid)
         g += kl_coef * (1.0 - tl.exp(rl - lp))  # d/dlogp of k3
     scale = tl.load(scale_ptr + b)
     g = tl.where(valid, g * m * scale, 0.0)
