@@ -13,9 +13,7 @@ def evaluate_run(run_dir: Path) -> dict:
     from curriculum.trainer import SelfPlayTrainer, evaluate_solver
 
     cfg = load_config(run_dir / "config.yaml", ["wandb.mode=disabled", "log.progress=false"])
-    trainer = SelfPlayTrainer.__new__(SelfPlayTrainer)
-    # Build the trainer's models and restore them without opening logs for writing.
-    SelfPlayTrainer.__init__(trainer, cfg, resume=True)
+    trainer = SelfPlayTrainer(cfg, resume=True)  # builds the models and restores the newest checkpoint
     trainer.monitor.close()
     results = evaluate_solver(trainer.roles["solver"], trainer.tokenizer, trainer.env, trainer.benchmark,
                               cfg.eval, cfg.solver.sampling.batch_size)
