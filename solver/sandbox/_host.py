@@ -167,8 +167,9 @@ def _dev_argv() -> list[str]:
         argv += ["--dev-bind", "/dev/" + node, "/dev/" + node]
     for i, name in enumerate(("stdin", "stdout", "stderr")):
         argv += ["--symlink", "/proc/self/fd/%d" % i, "/dev/" + name]
-    return argv + ["--symlink", "/proc/self/fd", "/dev/fd", "--dir", "/dev/shm",
-                   "--remount-ro", "/dev"]
+    # /dev/shm is the snippet's scratch tmpfs too: one mount per snippet.
+    return argv + ["--symlink", "/proc/self/fd", "/dev/fd",
+                   "--symlink", "/tmp", "/dev/shm", "--remount-ro", "/dev"]
 
 
 def _mirror_top_level(path: str) -> list[str]:

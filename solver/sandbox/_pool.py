@@ -41,6 +41,8 @@ DEFAULT_PRELOAD = (
 # Extra time the parent grants a zygote past the snippet's own timeout before
 # it declares the zygote hung and replaces it.
 _PARENT_GRACE_S = 5.0
+# Requests a worker holds at once: the running one and those queued behind.
+_PIPELINE_DEPTH = 2
 # A replacement that dies this many times in a row before becoming ready
 # means the host cannot run workers at all.
 _MAX_START_FAILURES = 3
@@ -62,6 +64,7 @@ class _Worker:
         self.uid = uid
         self.fd_in = proc.stdin.fileno()
         self.fd_out = proc.stdout.fileno()
+        os.set_blocking(self.fd_in, False)
         os.set_blocking(self.fd_out, False)
         self.buf = bytearray()
         self.ready = False
@@ -69,34 +72,59 @@ class _Worker:
         self.info: dict = {}
         self.started = time.monotonic()
 
-    def send(self, header: dict, blobs: Sequence[bytes]) -> None:
+    def send(self, frame: bytes, wait: bool = True) -> bool:
+        """Write one request frame to the zygote.
+
+        With ``wait=False`` the frame (at most ``PIPE_BUF`` bytes, which the
+        kernel writes whole or not at all) goes only if the pipe takes it at
+        once; returns whether it went.  With ``wait`` a zygote that stops
+        reading for ``_PARENT_GRACE_S`` counts as dead.
+        """
         if self.dead:  # never touch fd numbers the trainer may have reused
             raise _WorkerDied("worker is dead")
+        view = memoryview(frame)
         try:
-            proto.write_all(self.fd_in, proto.pack_frame(header, blobs))
+            while view:
+                try:
+                    view = view[os.write(self.fd_in, view):]
+                except BlockingIOError:
+                    if not wait:
+                        return False
+                    if not _wait_writable(self.fd_in, _PARENT_GRACE_S):
+                        raise _WorkerDied("worker stopped reading") from None
         except OSError as exc:  # EPIPE: the zygote is gone
             raise _WorkerDied(str(exc)) from exc
+        return True
 
-    def pump(self):
-        """Read what is available; return a complete frame or None."""
+    def pump(self) -> list[tuple[dict, list[bytes]]]:
+        """Read what is available; return the complete frames, in order.
+
+        Raises :class:`_WorkerDied` once the zygote is gone and every frame
+        it wrote before going has been returned.
+        """
         if self.dead:
             raise _WorkerDied("worker is dead")
+        gone = None
         while True:
             try:
                 chunk = os.read(self.fd_out, 1 << 20)
             except BlockingIOError:
                 break
             except OSError as exc:
-                raise _WorkerDied(str(exc)) from exc
+                gone = str(exc)
+                break
             if not chunk:
-                raise _WorkerDied("worker exited")
+                gone = "worker exited"
+                break
             self.buf += chunk
-        parsed = proto.parse_frame(self.buf)
-        if parsed is None:
-            return None
-        header, blobs, used = parsed
-        del self.buf[:used]
-        return header, blobs
+        frames = []
+        while (parsed := proto.parse_frame(self.buf)) is not None:
+            header, blobs, used = parsed
+            del self.buf[:used]
+            frames.append((header, blobs))
+        if gone is not None and not frames:
+            raise _WorkerDied(gone)
+        return frames
 
     def stderr_tail(self, limit: int = 4000) -> str:
         try:
@@ -305,6 +333,7 @@ class Sandbox:
             "limits": limits, "env": _host.SNIPPET_ENV, "preload": list(preload),
             "seccomp_hex": (_seccomp.build_filter(self._host.machine) or b"").hex(),
             "self_isolate": not self._bwrap,
+            "shm_mount": not self._bwrap,  # bwrap links /dev/shm to /tmp
             "scratch_root": self._scratch_root or "/tmp",
             "hide": [] if self._bwrap else _host.hidden_dirs(),
             "expose": _host.interpreter_dirs(self._python),
@@ -376,12 +405,12 @@ class Sandbox:
             readable = _wait_readable([w.fd_out for w in pending], remaining)
             for worker in [w for w in pending if w.fd_out in readable]:
                 try:
-                    frame = worker.pump()
+                    frames = worker.pump()
                 except _WorkerDied:
                     raise SandboxError("sandbox worker failed to start:\n"
                                        + worker.stderr_tail()) from None
-                if frame is not None:
-                    self._mark_ready(worker, frame[0])
+                if frames:
+                    self._mark_ready(worker, frames[0][0])
                     pending.remove(worker)
         with self._cond:
             self._idle.extend(fresh)
@@ -474,8 +503,15 @@ class Sandbox:
 class _Dispatch:
     """Drives one batch of jobs over a set of held workers.
 
-    A worker that dies or hangs gets its job recorded as ``killed`` and is
-    replaced; no other job is affected.  Held workers are never left with a
+    Each worker gets one job, then up to ``_PIPELINE_DEPTH - 1`` more queued
+    behind it, so that the next request is already in its pipe when a
+    snippet ends and no zygote idles while the trainer thread wakes up.
+    A zygote answers its requests in order; only the first one still open
+    is running, and its deadline starts when the answer before it arrives.
+
+    A worker that dies or hangs gets its running job recorded as ``killed``
+    and is replaced; jobs queued behind it never started and go back to the
+    queue, so no other job is affected.  Held workers are never left with a
     job in flight: on any exception the busy ones are killed (and replaced by
     whoever next holds them), so a late answer can never be read as the
     answer to a later job.
@@ -487,17 +523,18 @@ class _Dispatch:
         self.jobs = jobs
         self.queue = deque(range(len(jobs)))
         self.results: list[ExecResult | None] = [None] * len(jobs)
-        self.busy: dict[_Worker, tuple[int, float]] = {}
+        self.inflight: dict[_Worker, deque[int]] = {}
+        self.deadline: dict[_Worker, float] = {}
         self.start_failures = 0
 
     def run(self) -> list[ExecResult]:
         try:
-            while self.queue or self.busy:
+            while self.queue or self.inflight:
                 self._revive()
                 self._dispatch()
                 self._wait()
         except BaseException:
-            for worker in self.busy:
+            for worker in self.inflight:
                 worker.kill()
             raise
         return self.results  # type: ignore[return-value]
@@ -505,31 +542,52 @@ class _Dispatch:
     def _revive(self) -> None:
         """Replace workers found dead, including ones that died while idle."""
         for i, worker in enumerate(self.held):
-            if worker not in self.busy and worker.proc.poll() is not None:
+            if worker not in self.inflight and worker.proc.poll() is not None:
                 worker.kill()
             if worker.dead:
                 self.held[i] = self.box._respawn(worker)
 
     def _dispatch(self) -> None:
-        for worker in self.held:
-            if not self.queue:
-                return
-            if worker.ready and not worker.dead and worker not in self.busy:
-                index = self.queue.popleft()
-                job = self.jobs[index]
-                deadline = time.monotonic() + job["timeout_s"] + _PARENT_GRACE_S
-                self.busy[worker] = (index, deadline)
-                header = {k: job[k] for k in ("code", "timeout_s", "cap") if k in job}
-                try:
-                    worker.send(header, [job["stdin"]])
-                except _WorkerDied:  # the job never started: run it elsewhere
-                    del self.busy[worker]
-                    self.queue.appendleft(index)
-                    worker.kill()
+        # First one job per free worker (check_determinism relies on this
+        # to spread its runs), then the queued-behind ones, but only while
+        # every worker will still find work when it frees up: a job queued
+        # behind a slow snippet must not wait while another worker idles.
+        for depth in range(_PIPELINE_DEPTH):
+            for worker in self.held:
+                if not self.queue or (depth and len(self.queue) <= len(self.held)):
+                    return
+                if (worker.ready and not worker.dead
+                        and len(self.inflight.get(worker, ())) == depth):
+                    self._send(worker)
+
+    def _send(self, worker: _Worker) -> None:
+        index = self.queue[0]
+        job = self.jobs[index]
+        frame = job.get("frame")
+        if frame is None:
+            header = {k: job[k] for k in ("code", "timeout_s", "cap") if k in job}
+            frame = job["frame"] = proto.pack_frame(header, [job["stdin"]])
+        queued = worker in self.inflight
+        if queued and len(frame) > select.PIPE_BUF:
+            return  # too big to queue without blocking: wait for the worker
+        try:
+            if not worker.send(frame, wait=not queued):
+                return  # the pipe is full: leave the job for later
+        except _WorkerDied:  # the job never started: run it elsewhere
+            worker.kill()
+            return
+        self.queue.popleft()
+        if not queued:
+            self.inflight[worker] = deque()
+            self.deadline[worker] = self._job_deadline(index)
+        self.inflight[worker].append(index)
+
+    def _job_deadline(self, index: int) -> float:
+        return time.monotonic() + self.jobs[index]["timeout_s"] + _PARENT_GRACE_S
 
     def _wait(self) -> None:
         watch = [w for w in self.held
-                 if not w.dead and (w in self.busy or not w.ready)]
+                 if not w.dead and (w in self.inflight or not w.ready)]
         if not watch:
             return
         wait = min(self._deadline(w) for w in watch) - time.monotonic()
@@ -541,34 +599,39 @@ class _Dispatch:
                 self._fail(worker, "sandbox worker unresponsive; replaced")
 
     def _deadline(self, worker: _Worker) -> float:
-        if worker in self.busy:
-            return self.busy[worker][1]
+        if worker in self.inflight:
+            return self.deadline[worker]
         return worker.started + self.box._start_timeout
 
     def _pump(self, worker: _Worker) -> None:
         try:
-            frame = worker.pump()
+            frames = worker.pump()
         except _WorkerDied:
             self._fail(worker, "sandbox worker died; replaced")
             return
-        if frame is None:
-            return
-        header, blobs = frame
-        if not worker.ready:
-            self.box._mark_ready(worker, header)
-            self.start_failures = 0
-            return
-        if worker not in self.busy:  # an answer nobody asked for: distrust it
-            self._fail(worker, "sandbox worker broke protocol; replaced")
-            return
-        index, _ = self.busy.pop(worker)
-        self.results[index] = _to_result(header, blobs)
+        for header, blobs in frames:
+            if not worker.ready:
+                self.box._mark_ready(worker, header)
+                self.start_failures = 0
+                continue
+            if worker not in self.inflight:  # an answer nobody asked for
+                self._fail(worker, "sandbox worker broke protocol; replaced")
+                return
+            pending = self.inflight[worker]
+            self.results[pending.popleft()] = _to_result(header, blobs)
+            if pending:
+                self.deadline[worker] = self._job_deadline(pending[0])
+            else:
+                del self.inflight[worker], self.deadline[worker]
 
     def _fail(self, worker: _Worker, why: str) -> None:
-        """Record a killed result for the worker's job; it is revived later."""
-        job = self.busy.pop(worker, None)
-        if job is not None:
-            self.results[job[0]] = ExecResult("killed", "", why + "\n", None, 0.0)
+        """Record a killed result for the running job; requeue the rest."""
+        pending = self.inflight.pop(worker, None)
+        self.deadline.pop(worker, None)
+        if pending:
+            self.results[pending.popleft()] = ExecResult(
+                "killed", "", why + "\n", None, 0.0)
+            self.queue.extendleft(reversed(pending))
         elif not worker.ready:
             self.start_failures += 1
             if self.start_failures >= _MAX_START_FAILURES:
@@ -576,6 +639,12 @@ class _Dispatch:
                 worker.kill()
                 raise SandboxError("sandbox workers keep dying at start:\n" + tail)
         worker.kill()
+
+
+def _wait_writable(fd: int, timeout: float) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return bool(poller.poll(int(timeout * 1000) + 1))
 
 
 def _wait_readable(fds: list[int], timeout: float) -> set[int]:
@@ -650,6 +719,10 @@ s = socket.socket(); s.setblocking(False)
 facts["connect_errno"] = s.connect_ex(("192.0.2.1", 80)); s.close()
 libc = ctypes.CDLL(None, use_errno=True)
 facts["userns_errno"] = 0 if libc.unshare(0x10000000) == 0 else ctypes.get_errno()
+shm = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE, IPC_CREAT
+facts["sysv_errno"] = ctypes.get_errno() if shm < 0 else 0
+if shm >= 0:
+    libc.shmctl(shm, 0, None)  # IPC_RMID
 def writable(path):
     path += os.urandom(6).hex()
     try:
@@ -686,8 +759,10 @@ def _layers(box: Sandbox, info: dict, facts: dict) -> dict[str, bool | str]:
                              and facts["connect_errno"] != 115 else False),
         "pid_namespace": ("fresh PID namespace per snippet"
                           if info.get("pidns") and facts["pid"] <= 3 else False),
-        "ipc_namespace": ("fresh SysV IPC namespace per snippet"
-                          if info.get("pidns") else False),
+        "sysv_ipc": ("snippets cannot create SysV IPC objects"
+                     if facts["sysv_errno"] != 0 else
+                     "fresh SysV IPC namespace per snippet"
+                     if info.get("fresh_ipc") else False),
         "private_proc": ("/proc shows only sandbox processes"
                          if len(facts["procs"]) <= 3 else False),
         "scratch_dir": ("fresh %d MiB tmpfs per snippet" % lim["scratch_mb"]

@@ -3,13 +3,17 @@
 The filter is defence in depth: namespaces, rlimits and the uid switch already
 contain a snippet; this removes kernel interfaces that sandbox escapes usually
 go through (creating user namespaces, ptrace, bpf, userfaultfd, io_uring,
-keyrings, perf events, module loading, the new mount API ...).
+keyrings, perf events, module loading, the new mount API ...).  It also
+refuses to create SysV shared memory, semaphores and message queues: nothing
+a snippet legitimately needs (multiprocessing uses POSIX semaphores in
+/dev/shm), and the one kind of object that would outlive a snippet and reach
+the next one in the same worker.  That saves a fresh IPC namespace per
+snippet, which cost more than anything else the zygote sets up.
 
 The zygote installs it on itself once, so every snippet inherits it for free.
 It therefore still allows what the zygote needs per snippet: ``unshare`` with
-exactly CLONE_NEWPID or exactly CLONE_NEWIPC, ``setns``, ``mount`` and
-``umount2``.  Snippets hold no capabilities, so the kernel refuses those calls
-to them anyway.
+exactly CLONE_NEWPID, ``setns``, ``mount`` and ``umount2``.  Snippets hold no
+capabilities, so the kernel refuses those calls to them anyway.
 
 Denied calls fail with EPERM; ``clone3`` fails with ENOSYS so that libc falls
 back to ``clone``, whose flags a classic filter can inspect.  A syscall from a
@@ -30,7 +34,7 @@ _DENIED = (
     "name_to_handle_at swapon swapoff reboot acct quotactl syslog fsopen "
     "fsconfig fsmount fspick open_tree move_mount mount_setattr vhangup "
     "lookup_dcookie fanotify_init setdomainname sethostname settimeofday "
-    "clock_settime adjtimex clock_adjtime"
+    "clock_settime adjtimex clock_adjtime shmget semget msgget"
 ).split()
 
 # Checked against <asm/unistd_64.h> and <asm-generic/unistd.h>.
@@ -38,12 +42,12 @@ _X86_64 = dict(zip(_DENIED, (
     155, 161, 101, 310, 311, 246, 320, 175, 313, 176, 321,
     298, 323, 250, 248, 249, 425, 426, 427, 304, 303, 167, 168, 169, 163, 179,
     103, 430, 431, 432, 433, 428, 429, 442, 153, 212, 300, 171, 170, 164, 227,
-    159, 305)), clone=56, clone3=435, unshare=272)
+    159, 305, 29, 64, 68)), clone=56, clone3=435, unshare=272)
 _AARCH64 = dict(zip(_DENIED, (
     41, 51, 117, 270, 271, 104, 294, 105, 273, 106, 280, 241,
     282, 219, 217, 218, 425, 426, 427, 265, 264, 224, 225, 142, 89, 60, 116,
     430, 431, 432, 433, 428, 429, 442, 58, 18, 262, 162, 161, 170, 112, 171,
-    266)), clone=220, clone3=435, unshare=97)
+    266, 194, 190, 186)), clone=220, clone3=435, unshare=97)
 
 _ARCHES = {
     "x86_64": (0xC000003E, _X86_64),
@@ -55,7 +59,6 @@ _ARCHES = {
 # Every CLONE_NEW* flag (ns, cgroup, uts, ipc, user, pid, net, time).
 _CLONE_NS_FLAGS = 0x7E020080
 _CLONE_NEWPID = 0x20000000
-_CLONE_NEWIPC = 0x08000000
 _X32_BIT = 0x40000000
 
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
@@ -92,11 +95,10 @@ def build_filter(machine: str | None = None) -> bytes | None:
         prog += [_insn(_JEQ, numbers[name], jf=1), _insn(*deny)]
     prog += [_insn(_JEQ, numbers["clone3"], jf=1),
              _insn(_RET, _ERRNO | _ENOSYS)]
-    prog += [  # unshare: only the zygote's PID and the child's IPC namespace
-        _insn(_JEQ, numbers["unshare"], jf=5),
+    prog += [  # unshare: only the zygote's per-snippet PID namespace
+        _insn(_JEQ, numbers["unshare"], jf=4),
         _insn(_LD_W_ABS, _ARG0_LO),
-        _insn(_JEQ, _CLONE_NEWPID, jt=1),
-        _insn(_JEQ, _CLONE_NEWIPC, jf=1),
+        _insn(_JEQ, _CLONE_NEWPID, jf=1),
         _insn(_RET, _ALLOW),
         _insn(*deny),
     ]

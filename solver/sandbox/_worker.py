@@ -6,13 +6,13 @@ under bubblewrap.  It must use the standard library only: the ``solver`` package
 not visible in there.  The parent also imports this module for the framing
 helpers (``pack_frame`` / ``parse_frame``) so that both ends share one codec.
 
-Per snippet the zygote mounts a fresh tmpfs on /tmp and /dev/shm and forks
-once::
+Per snippet the zygote mounts a fresh tmpfs on /tmp (under bubblewrap
+/dev/shm is a link to it) and forks once::
 
-    zygote Z ── C: the snippet, PID 1 of a fresh PID namespace, in a fresh
-                   SysV IPC namespace, with rlimits, a dedicated uid when the
-                   host runs us as root, and no capabilities; the seccomp
-                   filter, no_new_privs and the empty bounding set are
+    zygote Z ── C: the snippet, PID 1 of a fresh PID namespace, with rlimits,
+                   a dedicated uid when the host runs us as root, and no
+                   capabilities; the seccomp filter (which also refuses SysV
+                   IPC), no_new_privs and the empty bounding set are
                    inherited from Z, which set them up once.
 
 C cannot see Z (different PID namespace), so it cannot signal or trace it.
@@ -167,7 +167,7 @@ class _SockFprog(ctypes.Structure):
 class Zygote:
     """Forks one disposable, locked-down child per snippet."""
 
-    def __init__(self, cfg, private_mounts):
+    def __init__(self, cfg, private_mounts, seccomp):
         self.cfg = cfg
         self.limits = cfg["limits"]
         self.env = cfg["env"]
@@ -177,6 +177,9 @@ class Zygote:
         # Never mount unless the mount namespace is ours alone: as root in
         # the host namespace this would cover the host's /tmp.
         self.mounts = private_mounts and self._probe_mounts()
+        # Without the filter refusing SysV IPC, a fresh IPC namespace per
+        # snippet keeps shared memory and queues from reaching the next one.
+        self.fresh_ipc = self.pidns_fd is not None and not seccomp
         self.streams = make_streams()
         self.counter = 0
         self.rlimits = self._static_rlimits()
@@ -222,16 +225,18 @@ class Zygote:
         opts = "size=%dm,nr_inodes=%d,uid=%d,gid=%d,mode=0700" % (
             self.limits["scratch_mb"], self.limits["scratch_inodes"], uid, gid)
         mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts)
+        if not self.cfg.get("shm_mount"):
+            return  # /dev/shm links to /tmp
         try:
             mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, opts)
         except OSError:
             _umount("/tmp")
             raise
 
-    @staticmethod
-    def _unmount_scratch():
+    def _unmount_scratch(self):
         # MNT_DETACH: frees the tmpfs and everything the snippet left in it.
-        _umount("/dev/shm")
+        if self.cfg.get("shm_mount"):
+            _umount("/dev/shm")
         _umount("/tmp")
 
     # -- one snippet ---------------------------------------------------------
@@ -352,10 +357,7 @@ class Zygote:
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # XCPU, KILL
         for which, value in self.rlimits:
             resource.setrlimit(which, value)
-        if self.pidns_fd is not None:
-            # Own SysV IPC namespace: shared memory or message queues must
-            # not outlive the snippet and reach the next one.  (With a PID
-            # namespace we know we hold CAP_SYS_ADMIN here.)
+        if self.fresh_ipc:  # a PID namespace means we hold CAP_SYS_ADMIN
             unshare(CLONE_NEWIPC)
         if self.uid is not None:
             # From root to another uid: the kernel clears every capability.
@@ -826,10 +828,10 @@ def main(cfg_json):
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # inherited: exec can never gain privileges
     drop_bounding_set()  # inherited too; our own permitted set is unaffected
     _preload(cfg.get("preload", []))
-    zygote = Zygote(cfg, private_mounts)
+    seccomp = _install_seccomp(cfg.get("seccomp_hex"))
+    zygote = Zygote(cfg, private_mounts, seccomp)
     info.update(pidns=zygote.pidns_fd is not None, scratch_tmpfs=zygote.mounts,
-                seccomp=_install_seccomp(cfg.get("seccomp_hex")),
-                pid=os.getpid())
+                fresh_ipc=zygote.fresh_ipc, seccomp=seccomp, pid=os.getpid())
     _trim_heap()
     prepare_interpreter(cfg["env"])
     global _ATEXIT_BASELINE

@@ -201,18 +201,19 @@ def test_scratch_dir_is_private_writable_and_fresh(box):
              "open(os.path.join(tempfile.gettempdir(), 'tmp.txt'), 'w').write('y')\n"
              "open('/dev/shm/shm.txt', 'w').write('z')\n"
              "print(os.getcwd(), sorted(os.listdir('.')))")
-    assert box.run(write).stdout == "/tmp ['here.txt', 'tmp.txt']\n"
+    # Under bubblewrap /dev/shm is the same tmpfs as /tmp (one mount).
+    assert box.run(write).stdout == "/tmp ['here.txt', 'shm.txt', 'tmp.txt']\n"
     look = "import os; print(os.listdir('.'), os.listdir('/dev/shm'))"
     for res in box.run_many([look] * 4):  # on every worker
         assert res.stdout == "[] []\n"
 
 
-def test_sysv_ipc_does_not_outlive_the_snippet(box):
-    shm = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-           "print(libc.shmget(4242, 4096, %s) >= 0)")
-    assert box.run(shm % "0o1600").stdout == "True\n"  # IPC_CREAT
-    for res in box.run_many([shm % "0o600"] * 4):  # on every worker
-        assert res.stdout == "False\n"
+def test_sysv_ipc_is_refused(box):
+    make = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "print(libc.%s, ctypes.get_errno())")
+    for call in ("shmget(4242, 4096, 0o1600)", "semget(4242, 1, 0o1600)",
+                 "msgget(4242, 0o1600)"):  # IPC_CREAT
+        assert box.run(make % call).stdout == "-1 1\n", call  # EPERM
 
 
 def test_environment_is_scrubbed(box):
@@ -284,6 +285,54 @@ def test_worker_killed_mid_snippet_reports_killed():
         assert sandbox.run("print('back')").stdout == "back\n"
 
 
+def _spy_sends(monkeypatch) -> list[bool]:
+    """Record, per request sent to a zygote, whether it was queued ahead."""
+    queued: list[bool] = []
+    real = _pool._Worker.send
+
+    def send(worker, frame, wait=True):
+        sent = real(worker, frame, wait)
+        if sent:
+            queued.append(not wait)
+        return sent
+
+    monkeypatch.setattr(_pool._Worker, "send", send)
+    return queued
+
+
+def test_requests_are_queued_ahead_but_not_behind_the_tail(box, monkeypatch):
+    queued = _spy_sends(monkeypatch)
+    results = box.run_many(["print(%d)" % i for i in range(12)])
+    assert [r.stdout for r in results] == ["%d\n" % i for i in range(12)]
+    assert any(queued)  # the pipe held the next request while one ran
+    queued.clear()
+    box.run_many(["print(1)"] * 2)  # no more jobs than workers: no queueing
+    assert queued == [False, False]
+
+
+def test_jobs_queued_behind_a_dying_worker_run_elsewhere(monkeypatch):
+    with make_box(workers=1, timeout_s=5.0) as sandbox:
+        queued = _spy_sends(monkeypatch)
+        worker = sandbox._idle[0]
+        killer = threading.Timer(0.5, os.killpg, (worker.proc.pid, signal.SIGKILL))
+        killer.start()
+        codes = ["import time; time.sleep(3)"] + ["print(%d)" % i for i in range(4)]
+        results = sandbox.run_many(codes)
+        killer.join()
+        assert queued[:2] == [False, True]  # print(0) waited in the dead pipe
+        assert results[0].status == "killed" and "worker died" in results[0].stderr
+        assert [(r.status, r.stdout) for r in results[1:]] == [
+            ("ok", "%d\n" % i) for i in range(4)]
+
+
+def test_large_requests_are_not_queued_ahead(box, monkeypatch):
+    queued = _spy_sends(monkeypatch)
+    big = "x = %r\nprint(len(x))" % ("a" * 8192)
+    results = box.run_many([big] * 6)
+    assert [r.stdout for r in results] == ["8192\n"] * 6
+    assert not any(queued)
+
+
 # ------------------------------------------------------------- determinism --
 def test_check_determinism(box):
     report = box.check_determinism("print(sum(range(10)))")
@@ -303,7 +352,7 @@ def test_check_determinism(box):
 # ---------------------------------------------------------------- isolation --
 def test_isolation_report(box):
     layers = box.isolation()
-    for key in ("bubblewrap", "network_isolated", "pid_namespace", "ipc_namespace",
+    for key in ("bubblewrap", "network_isolated", "pid_namespace", "sysv_ipc",
                 "filesystem_readonly", "filesystem_hidden", "scratch_dir",
                 "unprivileged_uid", "capabilities_dropped", "seccomp",
                 "rlimit_cpu", "rlimit_memory", "rlimit_processes",
