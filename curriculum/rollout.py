@@ -65,7 +65,9 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, tempe
     model.eval()
     out: list[Completion] = []
     starts = range(0, len(encoded), batch_size)
-    for start in tqdm(starts, desc=desc, disable=not progress or len(starts) < 2, leave=False):
+    # disable=None: off when stderr is no TTY, where a nested bar's cursor moves garble logs
+    quiet = not progress or len(starts) < 2
+    for start in tqdm(starts, desc=desc, disable=True if quiet else None, leave=False):
         chunk = encoded[start : start + batch_size]
         width = max(map(len, chunk))
         ids = torch.full((len(chunk), width), pad, dtype=torch.long)

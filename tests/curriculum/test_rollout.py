@@ -38,3 +38,16 @@ def test_generate_is_seeded_and_trims_at_eos():
         if c.finished:
             assert c.completion_ids[-1] == tok.eos_token_id
         assert len(c.completion_ids) <= 8
+
+
+def test_nested_progress_bar_stays_out_of_non_tty_logs(capsys):
+    from tqdm.auto import tqdm
+
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    model = build_model(tok, 32, 1, 2, 32)
+    for _ in tqdm(range(1), desc="rounds"):  # the trainer's outer bar
+        generate(model, tok, ["Q:"] * 6, max_new_tokens=4, batch_size=2, progress=True)
+    err = capsys.readouterr().err
+    assert "rounds" in err  # the outer bar still reports
+    assert "\x1b[A" not in err  # no cursor-up escapes from a nested bar
