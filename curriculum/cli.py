@@ -63,6 +63,26 @@ def _status(args) -> int:
     return 0
 
 
+def _dashboard(args) -> int:
+    from curriculum import dashboard
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "config.yaml").is_file():
+        raise FileNotFoundError(f"{run_dir} has no config.yaml; is it a run directory?")
+    if not args.serve:
+        print(dashboard.write(run_dir, args.out))
+        return 0
+    server = dashboard.serve(run_dir, args.port, args.host)
+    print(f"dashboard of {run_dir} at http://{args.host}:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
 def _keys(args) -> int:
     for key, doc in valid_keys().items():
         print(f"{key}\t{doc}")
@@ -85,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run_dirs", nargs="*")
     s.add_argument("--root", default="runs", help="where to look when no run is named")
     s.set_defaults(fn=_status)
+    d = sub.add_parser("dashboard", help="write a run's local dashboard (HTML), or serve it live")
+    d.add_argument("run_dir")
+    d.add_argument("--out", help="where to write the page (default RUN_DIR/dashboard.html)")
+    d.add_argument("--serve", action="store_true", help="serve the page, rebuilt on every request")
+    d.add_argument("--port", type=int, default=8000)
+    d.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")
+    d.set_defaults(fn=_dashboard)
     k = sub.add_parser("config-keys", help="list every config key with its meaning")
     k.set_defaults(fn=_keys)
     return p

@@ -233,6 +233,8 @@ class LogConfig:
     progress: bool = True
     # Sample proposals and answers logged per round (wandb table, tasks file has all).
     samples: int = 8
+    # Rewrite RUN_DIR/dashboard.html (the local dashboard) after every round.
+    dashboard: bool = True
 
 
 @dataclass

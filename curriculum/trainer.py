@@ -26,6 +26,7 @@ from tqdm.auto import tqdm
 
 from challenger.proposals import Parsed, parse_proposals
 from challenger.rewards import challenger_rewards, repetition_penalty
+from curriculum import dashboard
 from curriculum.checkpoint import CheckpointManager, read_state
 from curriculum.config import Config, to_yaml
 from curriculum.distributed import check_world, full_parameters, init_dist, run_sharded, wrap_deepspeed
@@ -156,6 +157,7 @@ class SelfPlayTrainer:
                 if self.round == 0 and self.stage == 0:
                     self.evaluate(0)
                     self.save_checkpoint()
+                    self.write_dashboard()
                 first = self.round + 1
                 for r in tqdm(range(first, self.cfg.train.rounds + 1), desc="rounds", initial=self.round,
                               total=self.cfg.train.rounds, disable=not self.progress):
@@ -195,6 +197,7 @@ class SelfPlayTrainer:
         self.monitor.log({"time/round_s": time.time() - t0}, round=r, phase="round")
         self.stage = 0
         self.save_checkpoint(r)
+        self.write_dashboard()
         return not self.stop.requested
 
     def run_stage(self, r: int, phase: str, step: int) -> None:
@@ -414,6 +417,15 @@ class SelfPlayTrainer:
                 for rec in self.task_log if rec["phase"] == "fill"][:k]
         self.monitor.table("samples/proposals", ["round", "phase", "proposal", "rejected", "solve_rate", "accepted"],
                            rows, round=r)
+
+    def write_dashboard(self) -> None:
+        """Refresh RUN_DIR/dashboard.html; a failure here is logged, never fatal."""
+        if not (self.dist.is_main and self.cfg.log.dashboard):
+            return
+        try:
+            dashboard.write(self.run_dir)
+        except Exception:  # noqa: BLE001 - the page is a view; the run must go on
+            log.warning("could not write the dashboard", exc_info=True)
 
     # ---------------------------------------------------------------- checkpoints
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from curriculum.config import Config, _flatten, valid_keys
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from curriculum.config import Config, _flatten, valid_keys  # noqa: E402
 
 START, END = "<!-- config-table:start -->", "<!-- config-table:end -->"
 

@@ -73,6 +73,14 @@ def test_train_resume_eval_status(tmp_path):
     info = json.loads(status.stdout.strip().splitlines()[-1])
     assert info["round"] == 3 and info["finished"] is True
 
+    # The trainer refreshed the local dashboard after the last round; the CLI writes it anywhere.
+    page = (run / "dashboard.html").read_text()
+    assert "round 3 of 3, finished" in page and page.count("<svg") >= 4
+    out = selfplay("dashboard", run, "--out", tmp_path / "copy.html")
+    assert Path(out.stdout.strip()) == tmp_path / "copy.html" and (tmp_path / "copy.html").is_file()
+    missing = selfplay("dashboard", tmp_path / "nope", check=False)
+    assert missing.returncode == 2 and "run directory" in missing.stderr
+
 
 @pytest.mark.slow
 def test_resume_matches_uninterrupted_run(tmp_path):
