@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from curriculum.config import ConfigError, diff_keys, is_resumable, load_config, valid_keys
+from curriculum.config import ConfigError, diff_keys, is_resumable, load_config, to_yaml, valid_keys
 
 
 def _train(args) -> int:
@@ -22,9 +22,17 @@ def _train(args) -> int:
             raise ConfigError(f"{run_dir} has no config.yaml; is it a run directory?")
         old = load_config(saved)
         cfg = load_config(saved, overrides + [f"run.dir={run_dir}"])
-        refused = [k for k in diff_keys(old, cfg) if not is_resumable(k)]
+        changed = diff_keys(old, cfg)
+        refused = [k for k in changed if not is_resumable(k)]
         if refused:
             raise ConfigError(f"these keys cannot change on resume (they would break the run): {', '.join(refused)}")
+        if changed and int(os.environ.get("RANK", "0")) == 0:
+            # The run now follows the new values (say train.rounds): so do the next resume,
+            # `selfplay status` and the dashboard.
+            tmp = saved.with_name(f".config.yaml.{os.getpid()}.tmp")
+            tmp.write_text(to_yaml(cfg))
+            tmp.replace(saved)
+            logging.getLogger(__name__).info("config.yaml updated on resume: %s", ", ".join(changed))
     else:
         if not args.config:
             raise ConfigError("train needs CONFIG.yaml (or --resume RUN_DIR)")

@@ -72,6 +72,7 @@ def test_train_resume_eval_status(tmp_path):
     status = selfplay("status", run)
     info = json.loads(status.stdout.strip().splitlines()[-1])
     assert info["round"] == 3 and info["finished"] is True
+    assert info["rounds"] == 3  # config.yaml follows train.rounds=3 given on resume
 
     # The trainer refreshed the local dashboard after the last round; the CLI writes it anywhere.
     page = (run / "dashboard.html").read_text()
