@@ -384,10 +384,22 @@ class SelfPlayTrainer:
         return out
 
     def evaluate(self, r: int) -> dict[str, float]:
-        """Held-out benchmark (greedy, or mean@k when sampled), accuracy overall and per level."""
+        """Held-out benchmark (greedy, or mean@k when sampled), accuracy overall and per level.
+
+        Several ranks split the tasks and gather the scores. Greedy scores do not depend on
+        the split; sampled ones are seeded per rank, so their stream differs from one process's.
+        """
         t0 = time.time()
-        results = evaluate_solver(self.roles["solver"], self.tokenizer, self.env, self.benchmark, self.cfg.eval,
-                                  self.cfg.solver.sampling.batch_size)
+        ec, batch = self.cfg.eval, self.cfg.solver.sampling.batch_size
+        if self.dist.world == 1:
+            results = evaluate_solver(self.roles["solver"], self.tokenizer, self.env, self.benchmark, ec, batch)
+        else:
+            def work(tasks: list[Task], seed: int) -> list[list[float]]:
+                return solver_scores(self.roles["solver"], self.tokenizer, self.env, tasks, ec, batch, seed)
+
+            seed = ec.seed if ec.temperature == 0 else derive_seed(ec.seed, "rank", self.dist.rank)
+            scores = run_sharded(self.dist, [[t] for t in self.benchmark], work, lambda u: seed, per_unit=False)
+            results = accuracy_report(self.benchmark, scores)
         results["time/eval_s"] = time.time() - t0
         self.monitor.log(results, round=r, phase="eval")
         return results
@@ -504,25 +516,37 @@ class SelfPlayTrainer:
 
 
 @torch.no_grad()
+def solver_scores(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int, seed: int) -> list[list[float]]:
+    """``eval_cfg.samples`` scores per task (0 for an unfinished answer): greedy, or sampled from ``seed``."""
+    role.activate()
+    k = eval_cfg.samples
+    greedy = eval_cfg.temperature == 0
+    prompts = [env.solver_prompt(t) for t in tasks for _ in range(k)]
+    comps = generate(role.model, tokenizer, prompts, max_new_tokens=eval_cfg.max_new_tokens, greedy=greedy,
+                     temperature=eval_cfg.temperature if not greedy else 1.0, batch_size=batch_size, seed=seed)
+    out = []
+    for i, t in enumerate(tasks):
+        group = comps[i * k : (i + 1) * k]
+        scores = score_all(lambda x, t=t: env.score(t, x), [c.text for c in group])
+        out.append([s if c.finished else 0.0 for s, c in zip(scores, group)])
+    return out
+
+
+def accuracy_report(tasks: list[Task], scores: list[list[float]]) -> dict[str, float]:
+    """``eval/accuracy`` over every score, and ``eval/accuracy/tier_L`` per level."""
+    correct: dict[int, list[float]] = {}
+    for t, s in zip(tasks, scores):
+        correct.setdefault(t.level, []).extend(s)
+    out = {"eval/accuracy": float(np.mean([s for v in correct.values() for s in v]))}
+    for level in sorted(correct):
+        out[f"eval/accuracy/tier_{level}"] = float(np.mean(correct[level]))
+    return out
+
+
 def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int) -> dict[str, float]:
     """Accuracy on ``tasks``: greedy, or the mean over ``eval_cfg.samples`` samples per task.
 
     Sampling is seeded from ``eval_cfg.seed`` alone, so every round is scored on the
     same random stream (round-to-round differences are the model's, not the dice's).
     """
-    role.activate()
-    k = eval_cfg.samples
-    greedy = eval_cfg.temperature == 0
-    prompts = [env.solver_prompt(t) for t in tasks for _ in range(k)]
-    comps = generate(role.model, tokenizer, prompts, max_new_tokens=eval_cfg.max_new_tokens, greedy=greedy,
-                     temperature=eval_cfg.temperature if not greedy else 1.0, batch_size=batch_size,
-                     seed=eval_cfg.seed)
-    correct: dict[int, list[float]] = {}
-    for i, t in enumerate(tasks):
-        group = comps[i * k : (i + 1) * k]
-        scores = score_all(lambda x: env.score(t, x), [c.text for c in group])
-        correct.setdefault(t.level, []).extend(s if c.finished else 0.0 for s, c in zip(scores, group))
-    out = {"eval/accuracy": float(np.mean([s for v in correct.values() for s in v]))}
-    for level in sorted(correct):
-        out[f"eval/accuracy/tier_{level}"] = float(np.mean(correct[level]))
-    return out
+    return accuracy_report(tasks, solver_scores(role, tokenizer, env, tasks, eval_cfg, batch_size, eval_cfg.seed))
