@@ -391,15 +391,14 @@ class SelfPlayTrainer:
         """
         t0 = time.time()
         ec, batch = self.cfg.eval, self.cfg.solver.sampling.batch_size
-        if self.dist.world == 1:
-            results = evaluate_solver(self.roles["solver"], self.tokenizer, self.env, self.benchmark, ec, batch)
-        else:
-            def work(tasks: list[Task], seed: int) -> list[list[float]]:
-                return solver_scores(self.roles["solver"], self.tokenizer, self.env, tasks, ec, batch, seed)
 
-            seed = ec.seed if ec.temperature == 0 else derive_seed(ec.seed, "rank", self.dist.rank)
-            scores = run_sharded(self.dist, [[t] for t in self.benchmark], work, lambda u: seed, per_unit=False)
-            results = accuracy_report(self.benchmark, scores)
+        def work(tasks: list[Task], seed: int) -> list[list[float]]:
+            return solver_scores(self.roles["solver"], self.tokenizer, self.env, tasks, ec, batch, seed)
+
+        per_rank = ec.temperature > 0 and self.dist.world > 1
+        seed = derive_seed(ec.seed, "rank", self.dist.rank) if per_rank else ec.seed
+        scores = run_sharded(self.dist, [[t] for t in self.benchmark], work, lambda u: seed, per_unit=False)
+        results = accuracy_report(self.benchmark, scores)
         results["time/eval_s"] = time.time() - t0
         self.monitor.log(results, round=r, phase="eval")
         return results

@@ -68,6 +68,8 @@ def test_train_resume_eval_status(tmp_path):
     out = selfplay("eval", run)
     result = json.loads(out.stdout[out.stdout.index("{"):])
     assert result["round"] == 3 and 0.0 <= result["eval/accuracy"] <= 1.0
+    logged = [r for r in metrics(run) if r["phase"] == "eval" and r["round"] == 3][0]
+    assert result["eval/accuracy"] == logged["eval/accuracy"]  # same checkpoint, same score
 
     status = selfplay("status", run)
     info = json.loads(status.stdout.strip().splitlines()[-1])
