@@ -46,12 +46,15 @@ _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#
 
 def per_round(path: Path) -> dict[int, dict[str, float]]:
     """One value per metric per round: the mean over the round's steps for challenger/* and
-    solver/*, the last value for the rest. A torn last line (a killed writer) is skipped."""
+    solver/*, the last value for the rest. Lines that are not a record (a torn last line
+    from a killed writer) are skipped."""
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for line in path.read_text().splitlines() if path.is_file() else []:
         try:
             rec = json.loads(line)
         except json.JSONDecodeError:
+            continue
+        if not isinstance(rec, dict) or not isinstance(rec.get("round"), int):
             continue
         for k, v in rec.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("round", "time"):

@@ -35,7 +35,7 @@ def write_run(run: Path, rounds: int = 3) -> Path:
             {"round": r, "phase": "eval", "time": 4.0, "eval/accuracy": 0.30 + 0.05 * r,
              "eval/accuracy/tier_1": 0.6, "eval/accuracy/tier_2": 0.2 + 0.05 * r},
         ]
-    text = "".join(json.dumps(x) + "\n" for x in lines) + '{"round": 3, "phase": "ev'  # torn last line
+    text = "".join(json.dumps(x) + "\n" for x in lines) + '[1, 2]\n{"phase": "eval"}\n{"round": 3, "phase": "ev'  # not records
     (run / "metrics.jsonl").write_text(text)
     (run / "tasks").mkdir()
     for r in range(1, rounds + 1):
@@ -53,7 +53,7 @@ def polyline(page: str, label: str) -> list[tuple[float, float]]:
     return [tuple(map(float, p.split(","))) for p in m.group(1).split()]
 
 
-def test_per_round_means_steps_and_skips_a_torn_line(tmp_path):
+def test_per_round_means_steps_and_skips_what_is_no_record(tmp_path):
     rows = dashboard.per_round(write_run(tmp_path / "run") / "metrics.jsonl")
     assert sorted(rows) == [0, 1, 2, 3]
     assert rows[2]["challenger/valid_fraction"] == pytest.approx((0.7 + 0.9) / 2)  # mean of the steps
