@@ -74,14 +74,16 @@ def _status(args) -> int:
 def _dashboard(args) -> int:
     from curriculum import dashboard
 
-    run_dir = Path(args.run_dir)
-    if not (run_dir / "config.yaml").is_file():
-        raise FileNotFoundError(f"{run_dir} has no config.yaml; is it a run directory?")
+    run_dirs = [Path(d) for d in args.run_dirs]
+    for run_dir in run_dirs:
+        if not (run_dir / "config.yaml").is_file():
+            raise FileNotFoundError(f"{run_dir} has no config.yaml; is it a run directory?")
     if not args.serve:
-        print(dashboard.write(run_dir, args.out))
+        print(dashboard.write(run_dirs, args.out))
         return 0
-    server = dashboard.serve(run_dir, args.port, args.host)
-    print(f"dashboard of {run_dir} at http://{args.host}:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
+    server = dashboard.serve(run_dirs, args.port, args.host)
+    what = run_dirs[0] if len(run_dirs) == 1 else f"{len(run_dirs)} runs"
+    print(f"dashboard of {what} at http://{args.host}:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -113,9 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("run_dirs", nargs="*")
     s.add_argument("--root", default="runs", help="where to look when no run is named")
     s.set_defaults(fn=_status)
-    d = sub.add_parser("dashboard", help="write a run's local dashboard (HTML), or serve it live")
-    d.add_argument("run_dir")
-    d.add_argument("--out", help="where to write the page (default RUN_DIR/dashboard.html)")
+    d = sub.add_parser("dashboard", help="write a run's local dashboard (HTML), or compare runs; or serve it live")
+    d.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="one run, or several to compare")
+    d.add_argument("--out", help="where to write the page (default RUN_DIR/dashboard.html; compare.html for several)")
     d.add_argument("--serve", action="store_true", help="serve the page, rebuilt on every request")
     d.add_argument("--port", type=int, default=8000)
     d.add_argument("--host", default="127.0.0.1", help="address to bind (default: this machine only)")

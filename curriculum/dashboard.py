@@ -40,6 +40,15 @@ COLUMNS = [
     ("curriculum/pool_size", "pool"),
     ("solver/reward_mean", "sv reward"),
 ]
+#: (title, metric) of the charts that overlay several runs.
+COMPARE = [
+    ("Held-out accuracy", "eval/accuracy"),
+    ("Accepted task level", "curriculum/accepted_level_mean"),
+    ("Level of the tasks the solver trained on", "solver/task_level_mean"),
+    ("Solver reward", "solver/reward_mean"),
+    ("Challenger valid fraction", "challenger/valid_fraction"),
+    ("Pool size", "curriculum/pool_size"),
+]
 _AVERAGED = ("challenger/", "solver/")  # logged every step: the round's mean; the rest: its last value
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
@@ -187,6 +196,12 @@ table.num td{text-align:right} code{white-space:pre-wrap;word-break:break-all}
 """
 
 
+def _page(title: str, body: list[str], refresh_s: int) -> str:
+    refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s > 0 else ""
+    return "".join([f"<!doctype html><html><head><meta charset='utf-8'>{refresh}<title>{html.escape(title)}</title>",
+                    f"<style>{_STYLE}</style></head><body>", *body, "</body></html>"])
+
+
 def render(run_dir: Path, refresh_s: int = 0, proposals: int = 20) -> str:
     """The dashboard page of ``run_dir`` as HTML."""
     from curriculum.evaluate import run_status
@@ -211,10 +226,7 @@ def render(run_dir: Path, refresh_s: int = 0, proposals: int = 20) -> str:
     if "error" in status:
         meta = "cannot read the run: " + html.escape(status["error"])
     latest = max(tasks) if tasks else None
-    refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s > 0 else ""
-    return "".join([
-        f"<!doctype html><html><head><meta charset='utf-8'>{refresh}",
-        f"<title>{html.escape(run_dir.name)}: self-play curriculum</title><style>{_STYLE}</style></head><body>",
+    return _page(f"{run_dir.name}: self-play curriculum", [
         f"<h1>{html.escape(str(run_dir))}</h1><p class='meta'>{meta}</p>",
         "<h2>Curves, per round</h2><div class='charts'>", *charts, "</div>",
         "<h2>Accepted tasks by level</h2><p class='meta'>Fill-phase proposals inside the band, before "
@@ -222,31 +234,68 @@ def render(run_dir: Path, refresh_s: int = 0, proposals: int = 20) -> str:
         "<h2>Per round</h2>", _round_table(rows) if rows else "<p class='none'>no metrics yet</p>",
         f"<h2>Proposals of round {latest}</h2>" if latest is not None else "<h2>Proposals</h2>",
         _proposal_table(tasks[latest], proposals) if latest is not None else "<p class='none'>none yet</p>",
-        "</body></html>",
-    ])
+    ], refresh_s)
 
 
-def write(run_dir: Path, out: Path | None = None) -> Path:
-    """Write the page to ``out`` (default ``RUN_DIR/dashboard.html``) atomically; return its path."""
-    run_dir = Path(run_dir)
-    out = Path(out) if out else run_dir / "dashboard.html"
+def render_compare(run_dirs: list[Path], refresh_s: int = 0) -> str:
+    """One page over several runs (say self-play against the uniform baseline): their curves
+    overlaid, and held-out accuracy at round 0 and at the last round, overall and per level."""
+    run_dirs = [Path(d) for d in run_dirs]
+    short = [d.name for d in run_dirs]
+    names = short if len(set(short)) == len(short) else [str(d) for d in run_dirs]
+    runs = {name: per_round(d / "metrics.jsonl") for name, d in zip(names, run_dirs)}
+    charts = [line_chart(title, {name: [(r, m[k]) for r, m in rows.items() if k in m] for name, rows in runs.items()})
+              for title, k in COMPARE]
+    levels = sorted({t for rows in runs.values() for t in tiers(rows)}, key=lambda k: int(k.rsplit("_", 1)[1]))
+    body = []
+    for name, rows in runs.items():
+        evals = [r for r, m in rows.items() if "eval/accuracy" in m]
+        if not evals:
+            body.append([html.escape(name), "", "", "", ""] + [""] * len(levels))
+            continue
+        first, last = rows[evals[0]], rows[evals[-1]]
+        gain = last["eval/accuracy"] - first["eval/accuracy"]
+        body.append([html.escape(name), str(evals[-1]), _fmt(first["eval/accuracy"]), _fmt(last["eval/accuracy"]),
+                     f"{gain:+.3f}"] + [_fmt(last[t]) if t in last else "" for t in levels])
+    header = ["run", "last round", "accuracy, round 0", "accuracy, last", "change"] + [
+        f"level {t.rsplit('_', 1)[1]}, last" for t in levels]
+    return _page("compare: " + ", ".join(names), [
+        "<h1>Runs compared</h1>",
+        f"<p class='meta'>{html.escape(', '.join(str(d) for d in run_dirs))}</p>",
+        "<h2>Held-out accuracy</h2>", _table(header, body, "num"),
+        "<h2>Curves, per round</h2><div class='charts'>", *charts, "</div>",
+    ], refresh_s)
+
+
+def _render_any(run_dirs: list[Path], refresh_s: int = 0) -> str:
+    return render(run_dirs[0], refresh_s) if len(run_dirs) == 1 else render_compare(run_dirs, refresh_s)
+
+
+def write(run_dir: Path | list[Path], out: Path | None = None) -> Path:
+    """Write the page of one run (default ``RUN_DIR/dashboard.html``), or the comparison of
+    several (default ``compare.html``), atomically; return its path."""
+    run_dirs = [Path(d) for d in (run_dir if isinstance(run_dir, list) else [run_dir])]
+    default = run_dirs[0] / "dashboard.html" if len(run_dirs) == 1 else Path("compare.html")
+    out = Path(out) if out else default
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(render(run_dir), encoding="utf-8")
+    tmp.write_text(_render_any(run_dirs), encoding="utf-8")
     tmp.replace(out)
     return out
 
 
-def serve(run_dir: Path, port: int = 8000, host: str = "127.0.0.1", refresh_s: int = 30) -> http.server.HTTPServer:
-    """An HTTP server whose ``/`` renders the page afresh on every request (it reloads itself
-    every ``refresh_s``); call ``serve_forever()`` on it. Binds to localhost by default."""
-    run_dir = Path(run_dir)
+def serve(run_dir: Path | list[Path], port: int = 8000, host: str = "127.0.0.1",
+          refresh_s: int = 30) -> http.server.HTTPServer:
+    """An HTTP server whose ``/`` renders the page (of one run, or comparing several) afresh on
+    every request and reloads itself every ``refresh_s``; call ``serve_forever()`` on it.
+    Binds to localhost by default."""
+    run_dirs = [Path(d) for d in (run_dir if isinstance(run_dir, list) else [run_dir])]
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the http.server API
             if self.path not in ("/", "/index.html"):
                 self.send_error(404)
                 return
-            body = render(run_dir, refresh_s=refresh_s).encode()
+            body = _render_any(run_dirs, refresh_s).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/html; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))

@@ -4,7 +4,8 @@
                                          [--out runs/compare] [--jobs 2] [key=value ...]
 
 Each (mode, seed) is a real `selfplay train` run in its own directory; the table is read
-from their metrics.jsonl (final round vs round 0). Runs already finished are reused.
+from their metrics.jsonl (final round vs round 0), and OUT/compare.html overlays their
+curves. Runs already finished are reused.
 """
 from __future__ import annotations
 
@@ -79,6 +80,10 @@ def main() -> None:
             last = [results[(m, s)][max(results[(m, s)])][k] for s in args.seeds]
             row += f"{fmt(first):>16}{fmt(last):>18}"
         print(row)
+    sys.path.insert(0, str(ROOT))
+    from curriculum import dashboard
+
+    print(f"curves of every run: {dashboard.write(dirs, out / 'compare.html')}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ATTACK = "<script>alert(1)</script><img src=x onerror=alert(2)>"
 
 
-def write_run(run: Path, rounds: int = 3) -> Path:
+def write_run(run: Path, rounds: int = 3, gain: float = 0.05) -> Path:
     """A run directory as the trainer leaves it: config, metrics, tasks (no checkpoint)."""
     run.mkdir(parents=True)
     cfg = load_config(ROOT / "configs" / "demo_cpu.yaml", [f"run.dir={run}", f"train.rounds={rounds}"])
@@ -32,7 +32,7 @@ def write_run(run: Path, rounds: int = 3) -> Path:
              "challenger/reward_mean": 0.3},
             {"round": r, "phase": "fill_pool", "time": 3.0, "curriculum/accepted": 4 * r,
              "curriculum/accepted_level_mean": 1.0 + r, "curriculum/pool_size": 10 * r},
-            {"round": r, "phase": "eval", "time": 4.0, "eval/accuracy": 0.30 + 0.05 * r,
+            {"round": r, "phase": "eval", "time": 4.0, "eval/accuracy": 0.30 + gain * r,
              "eval/accuracy/tier_1": 0.6, "eval/accuracy/tier_2": 0.2 + 0.05 * r},
         ]
     text = "".join(json.dumps(x) + "\n" for x in lines) + '[1, 2]\n{"phase": "eval"}\n{"round": 3, "phase": "ev'  # not records
@@ -78,6 +78,23 @@ def test_page_shows_the_curriculum_and_escapes_model_text(tmp_path):
     assert "<script" not in page and "<img" not in page
     assert not re.search(r"<[^>]*\b(src|href)=", page)  # no tag loads anything
     assert "Proposals of round 3" in page and "rejected: grammar" in page
+
+
+def test_compare_page_overlays_runs(tmp_path):
+    from curriculum.cli import main
+
+    a = write_run(tmp_path / "selfplay_seed0")
+    b = write_run(tmp_path / "uniform_seed0", rounds=2, gain=-0.02)
+    out = tmp_path / "compare.html"
+    assert main(["dashboard", str(a), str(b), "--out", str(out)]) == 0
+    page = out.read_text()
+    assert len(polyline(page, "selfplay_seed0")) == 4 and len(polyline(page, "uniform_seed0")) == 3
+    rows = re.findall(r"<tr><td>([^<]*)</td><td>(\d+)</td><td>([^<]*)</td><td>([^<]*)</td><td>([^<]*)</td>", page)
+    assert rows == [("selfplay_seed0", "3", "0.3", "0.45", "+0.150"), ("uniform_seed0", "2", "0.3", "0.26", "-0.040")]
+    # Runs with the same name are told apart by their paths.
+    c = write_run(tmp_path / "other" / "selfplay_seed0")
+    assert str(c) in dashboard.render_compare([a, c])
+    assert main(["dashboard", str(a), str(tmp_path / "missing")]) == 2
 
 
 def test_page_of_an_empty_run(tmp_path):
