@@ -1,6 +1,8 @@
 """One GRPO-family policy update of a role on a scored rollout batch."""
 from __future__ import annotations
 
+import logging
+import math
 from collections import defaultdict
 
 import torch
@@ -11,6 +13,8 @@ from curriculum.policy import Role, global_grad_norm, lr_of
 from curriculum.rl import compute_advantages, policy_loss, sequence_logprobs
 from curriculum.rollout import Rollout
 
+log = logging.getLogger(__name__)
+
 
 def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip: float,
                 backend: str = "auto", seed: int = 0, dist: SingleProcess | None = None) -> dict[str, float]:
@@ -18,6 +22,9 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
 
     The behaviour log-probs are computed once, before any step, with the current
     weights (on-policy sampling), so with one epoch and one minibatch the ratio is 1.
+    A step whose loss or gradient is not finite is skipped (weights, optimizer and
+    schedule untouched) and counted in ``nonfinite_steps``: one bad batch must not
+    poison the weights that the next checkpoint saves.
     A role with a DeepSpeed engine takes ``engine_update`` (any number of ranks).
     """
     if role.engine is not None:
@@ -37,7 +44,7 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
     mb = loss_cfg.minibatch_size or n
     gen = torch.Generator().manual_seed(seed)
     sums: dict[str, float] = defaultdict(float)
-    count = 0
+    count = skipped = 0
     model.train()
     for _ in range(loss_cfg.epochs):
         order = torch.randperm(n, generator=gen) if mb < n else torch.arange(n)
@@ -54,6 +61,11 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
             )
             loss.backward()
             grad_norm = global_grad_norm(role.params)
+            if not (math.isfinite(grad_norm) and math.isfinite(float(loss.detach()))):
+                role.optimizer.zero_grad(set_to_none=True)
+                skipped += 1
+                log.warning("non-finite loss or gradient (grad norm %s): optimizer step skipped", grad_norm)
+                continue
             if grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(role.params, grad_clip)
             role.optimizer.step()
@@ -74,6 +86,7 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
         adv_abs_mean=float(adv_n.abs().mean()),
         lr=lr_of(role),
         optimizer_steps=float(count),
+        nonfinite_steps=float(skipped),
         response_tokens_mean=float(batch.response_mask.sum(-1).mean()),
     )
     return out

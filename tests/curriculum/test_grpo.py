@@ -100,3 +100,30 @@ def test_kl_reference_is_frozen_initial_model():
     assert sv.reference is not None and not any(p.requires_grad for p in sv.reference.parameters())
     stats = grpo_update(sv, rollout_for(sv, tok, lambda t: float(len(t) > 2)), cfg.solver.loss, grad_clip=1.0, backend="torch")
     assert stats["kl_ref"] == 0.0  # first step: policy == reference
+
+
+def test_a_nonfinite_step_is_skipped_not_applied(monkeypatch, caplog):
+    import curriculum.grpo as grpo
+
+    cfg, tok, roles = tiny_roles([])
+    sv = roles["solver"]
+    rollout = rollout_for(sv, tok, lambda t: float(len(t) % 2))
+    real = grpo.policy_loss
+
+    def poisoned(*args, **kwargs):
+        loss, stats = real(*args, **kwargs)
+        return loss * float("nan"), stats
+
+    monkeypatch.setattr(grpo, "policy_loss", poisoned)
+    before, opt_before = snapshot(sv.model), len(sv.optimizer.state)
+    lr_before = sv.scheduler.get_last_lr()
+    stats = grpo_update(sv, rollout, cfg.solver.loss, grad_clip=1.0, backend="torch")
+    assert stats["nonfinite_steps"] == 1 and stats["optimizer_steps"] == 0
+    assert all(torch.equal(before[k], v) for k, v in snapshot(sv.model).items())
+    assert len(sv.optimizer.state) == opt_before and sv.scheduler.get_last_lr() == lr_before
+    assert all(p.grad is None for p in sv.params)
+    assert "optimizer step skipped" in caplog.text
+    monkeypatch.setattr(grpo, "policy_loss", real)  # the next batch trains normally
+    stats = grpo_update(sv, rollout, cfg.solver.loss, grad_clip=1.0, backend="torch")
+    assert stats["nonfinite_steps"] == 0 and stats["optimizer_steps"] == 1
+    assert any(not torch.equal(before[k], v) for k, v in snapshot(sv.model).items())
