@@ -122,6 +122,7 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, backend
     the engine's average over ranks (and its unscaled accumulation) yields the gradient
     of the global minibatch loss: N ranks x B/N sequences match 1 rank x B.
     Clipping, accumulation and the (sharded) AdamW step happen in ``engine.step``.
+    Non-finite steps are counted (from the engine's global gradient norm), not skipped.
     """
     role.activate()
     model, engine = role.model, role.engine
@@ -177,6 +178,7 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, backend
         adv_abs_mean=float(adv_n.abs().mean()),
         lr=lr_of(role),
         optimizer_steps=float(len(plan)),
+        nonfinite_steps=float(sum(not math.isfinite(step["grad_norm"]) for step in per_step)),
         response_tokens_mean=float(batch.response_mask.sum(-1).mean()),
     )
     return out
