@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,9 @@ class RunConfig:
     threads: int = 0
     # Deterministic algorithms (bitwise-reproducible runs; a bit slower on GPU).
     deterministic: bool = True
+    # Your code, imported before the config is checked: modules (my_pkg.envs) or .py files;
+    # their @register_env / @register_frontier_reward / ... then count, on every rank and resume.
+    plugins: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -389,11 +393,44 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         layers.append(layer)
     try:
         merged = OmegaConf.merge(base, *layers)
+        for key in _FREE_KEYS & ov.keys():  # given whole, a free mapping replaces the file's (kwargs of another env)
+            OmegaConf.update(merged, key, ov[key], merge=False)
         cfg: Config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from exc
+    import_plugins(cfg.run.plugins)
     validate(cfg)
     return cfg
+
+
+def import_plugins(plugins: list[str]) -> None:
+    """Import each ``run.plugins`` entry once: a dotted module name, or a path to a .py file
+    (relative to the working directory). An entry that fails is a ConfigError naming it."""
+    import importlib
+    import importlib.util
+    import sys
+
+    for entry in plugins:
+        try:
+            if entry.endswith(".py") or "/" in entry:
+                path = Path(entry).resolve()
+                name = "selfplay_plugin_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
+                if name in sys.modules:
+                    continue
+                if not path.is_file():
+                    raise FileNotFoundError(f"no such file {str(path)!r}")
+                spec = importlib.util.spec_from_file_location(name, path)
+                module = importlib.util.module_from_spec(spec)
+                sys.modules[name] = module
+                try:
+                    spec.loader.exec_module(module)
+                except BaseException:
+                    del sys.modules[name]
+                    raise
+            else:
+                importlib.import_module(entry)
+        except Exception as exc:  # noqa: BLE001 - any failure is the plugin's, named as such
+            raise ConfigError(f"run.plugins: cannot import {entry!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def _omegaconf_message(exc: OmegaConfBaseException) -> str:

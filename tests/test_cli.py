@@ -116,3 +116,27 @@ def test_sandboxed_environment_runs_in_the_loop(tmp_path):
     tasks = [json.loads(line) for line in (run / "tasks" / "round_0001.jsonl").read_text().splitlines()]
     # Every proposal was either grounded by execution or rejected with a reason.
     assert tasks and all((t["task"] is None) != (t["rejected"] is None) for t in tasks)
+
+
+@pytest.mark.slow
+def test_plugins_from_the_readme_train_and_resume(tmp_path):
+    """The README's environment and reward, as a run.plugins file: train, then resume in a fresh process."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Plugging in your own", 1)[1]
+    blocks = [b.split("\n", 1)[1] for b in section.split("```")[1::2] if b.startswith("python")]
+    plugin = tmp_path / "my_envs.py"
+    plugin.write_text("\n\n".join(blocks[:2]))  # the environment, then the reward
+    run = tmp_path / "run"
+    common = TINY_OVERRIDES + [f"model.warmup.cache_dir={tmp_path / 'cache'}", f"run.plugins=[{plugin}]",
+                               "env.name=reverse", "reward.frontier=gaussian"]
+    selfplay("train", "configs/demo_cpu.yaml", *common, "train.rounds=1", "--run-dir", run)
+    tasks = [json.loads(line) for line in (run / "tasks" / "round_0001.jsonl").read_text().splitlines()]
+    assert any(t["rejected"] == "not a word of 3-5 letters" for t in tasks)  # the plugin's parser ran
+    assert {t["task"]["level"] for t in tasks if t["task"]} <= {1, 2, 3}
+    selfplay("train", "--resume", run, "train.rounds=2")  # a new interpreter finds the plugin via config.yaml
+    assert max(r["round"] for r in metrics(run)) == 2
+    missing = selfplay("train", "configs/demo_cpu.yaml", "run.plugins=[nowhere.py]", check=False)
+    assert missing.returncode == 2 and "run.plugins: cannot import 'nowhere.py'" in missing.stderr
+    bad_kwargs = selfplay("train", "configs/demo_cpu.yaml", *common, "env.kwargs={colour: red}",
+                          "--run-dir", tmp_path / "bad", check=False)
+    assert bad_kwargs.returncode == 2 and "env.kwargs do not fit environment 'reverse'" in bad_kwargs.stderr

@@ -20,12 +20,16 @@ def register_env(name: str):
 
 
 def make_env(name: str, **kwargs) -> Environment:
+    """The registered environment ``name`` built with ``kwargs``; a mismatch is a config error."""
+    from curriculum.config import ConfigError  # a ValueError: callers that catch that still do
+
     if name not in ENVIRONMENTS:
-        raise ValueError(f"unknown environment {name!r}; registered: {sorted(ENVIRONMENTS)}")
+        raise ConfigError(f"unknown environment {name!r}; registered: {sorted(ENVIRONMENTS)}")
     try:
         return ENVIRONMENTS[name](**kwargs)
     except TypeError as exc:
-        raise ValueError(f"env.kwargs do not fit environment {name!r}: {exc}") from exc
+        raise ConfigError(f"env.kwargs do not fit environment {name!r}: {exc} (env.kwargs={{...}} given "
+                          "as an override replaces the config file's)") from exc
 
 
 def benchmark(env: Environment, seed: int, per_level: int) -> list[Task]:

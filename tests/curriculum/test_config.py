@@ -26,6 +26,13 @@ def test_overrides_apply_with_types():
     assert cfg.model.lora.enabled is True
 
 
+def test_env_kwargs_given_whole_replace_the_files_and_dotted_ones_merge():
+    demo = ROOT / "configs/demo_cpu.yaml"
+    assert load_config(demo, ["env.kwargs={num_levels: 4}"]).env.kwargs == {"num_levels": 4}
+    assert load_config(demo, ["env.kwargs.num_levels=4"]).env.kwargs == {"num_levels": 4, "max_digits": 1}
+    assert load_config(demo, ["env.kwargs={}"]).env.kwargs == {}
+
+
 def test_unknown_override_names_nearest():
     with pytest.raises(ConfigError, match=r"unknown config key 'train.round'.*train.rounds"):
         load_config(None, ["train.round=3"])
