@@ -11,6 +11,7 @@ import html
 import http.server
 import json
 import logging
+import math
 import os
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -99,8 +100,9 @@ def _fmt(v: float) -> str:
 
 
 def line_chart(title: str, series: dict[str, list[tuple[int, float]]], width: int = 440, height: int = 220) -> str:
-    """An SVG line chart of ``series`` (label -> [(round, value)]); empty series are left out."""
-    series = {k: v for k, v in series.items() if v}
+    """An SVG line chart of ``series`` (label -> [(round, value)]); NaN/inf points and empty
+    series are left out."""
+    series = {k: pts for k, v in series.items() if (pts := [(x, y) for x, y in v if math.isfinite(y)])}
     head = f"<figure><figcaption>{html.escape(title)}</figcaption>"
     if not series:
         return head + "<p class='none'>not logged yet</p></figure>"

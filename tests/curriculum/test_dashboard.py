@@ -97,6 +97,12 @@ def test_compare_page_overlays_runs(tmp_path):
     assert main(["dashboard", str(a), str(tmp_path / "missing")]) == 2
 
 
+def test_chart_leaves_out_nonfinite_points():
+    svg = dashboard.line_chart("loss", {"loss": [(1, 0.5), (2, float("nan")), (3, float("inf")), (4, 0.25)],
+                                        "empty": [(1, float("nan"))]})
+    assert len(polyline(svg, "loss")) == 2 and "nan" not in svg.lower() and "empty" not in svg
+
+
 def test_page_of_an_empty_run(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
