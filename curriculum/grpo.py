@@ -122,7 +122,8 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, backend
     the engine's average over ranks (and its unscaled accumulation) yields the gradient
     of the global minibatch loss: N ranks x B/N sequences match 1 rank x B.
     Clipping, accumulation and the (sharded) AdamW step happen in ``engine.step``.
-    Non-finite steps are counted (from the engine's global gradient norm), not skipped.
+    DeepSpeed itself skips a step whose gradient norm is not finite (tested for ZeRO-2
+    and ZeRO-3 on two ranks, with clipping on); it is counted here from that norm.
     """
     role.activate()
     model, engine = role.model, role.engine

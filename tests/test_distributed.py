@@ -4,7 +4,8 @@ The slow tests launch real 2-process runs. DeepSpeed JIT-compiles a communicatio
 extension on its first start (about a minute), cached under TORCH_EXTENSIONS_DIR
 (default here: ~/.cache/selfplay/torch_extensions).
 
-Run as a script under torchrun, this file is the worker of the shared-base LoRA test.
+Run as a script under torchrun, this file is the worker of the shared-base LoRA test
+and of the non-finite step test.
 """
 import glob
 import json
@@ -239,6 +240,59 @@ def test_shared_base_lora_trains_only_the_active_adapter(tmp_path, cache):
     assert result["ranks_agree"], "the two ranks hold different adapters"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [2, 3])
+def test_deepspeed_skips_a_nonfinite_step_on_two_ranks(tmp_path, stage):
+    out = tmp_path / "nonfinite.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           __file__, "nonfinite", str(stage), str(out)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    result = json.loads(out.read_text())
+    assert result["poisoned"] == {"nonfinite_steps": 1.0, "changed": False, "nan": False}
+    assert result["clean"] == {"nonfinite_steps": 0.0, "changed": True, "nan": False}
+
+
+def _nonfinite_worker(stage: str, out: str) -> None:
+    """A GRPO update whose loss is NaN, then a clean one, through the DeepSpeed engine."""
+    import curriculum.grpo as grpo
+    from curriculum.distributed import full_parameters, init_dist, wrap_deepspeed
+    from curriculum.policy import build_roles
+    from curriculum.rollout import generate, pack
+    from curriculum.tiny import build_model, build_tokenizer
+
+    cfg = load_config(None, ["run.device=cpu", *DS, f"distributed.zero_stage={stage}", "solver.optim.lr=0.01"])
+    dist = init_dist(cfg, torch.device("cpu"))
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    roles = build_roles(cfg, build_model(tok, 32, 1, 2, 32), torch.device("cpu"))
+    wrap_deepspeed(roles, cfg, dist.world)
+    solver = roles["solver"].activate()
+    comps = generate(solver.model, tok, ["Q:"] * 8, max_new_tokens=6, seed=1)
+    rewards = [float(i % 2) for i in range(8)]
+    rollout = pack(comps, rewards, [i // 4 for i in range(8)], tok.pad_token_id)
+
+    def weights():
+        with full_parameters(solver):
+            return {k: v.detach().clone() for k, v in solver.model.state_dict().items()}
+
+    real = grpo.policy_loss
+    result = {}
+    for name, loss_fn in (("poisoned", lambda *a, **k: (lambda l, s: (l * float("nan"), s))(*real(*a, **k))),
+                          ("clean", real)):
+        grpo.policy_loss = loss_fn
+        before = weights()
+        stats = grpo.grpo_update(solver, rollout, cfg.solver.loss, grad_clip=1.0, backend="torch", dist=dist)
+        after = weights()
+        result[name] = {"nonfinite_steps": stats["nonfinite_steps"],
+                        "changed": any(not torch.equal(before[k], after[k]) for k in before),
+                        "nan": any(bool(torch.isnan(v).any()) for v in after.values())}
+    if dist.is_main:
+        Path(out).write_text(json.dumps(result))
+    dist.close()
+
+
 def _lora_worker(run_dir: str, cache: str, out: str) -> None:
     """One round stage by stage on a shared base with two adapters, watching every parameter."""
     from curriculum.trainer import SelfPlayTrainer
@@ -277,4 +331,7 @@ def _lora_worker(run_dir: str, cache: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    _lora_worker(*sys.argv[1:4])
+    if sys.argv[1] == "nonfinite":
+        _nonfinite_worker(*sys.argv[2:4])
+    else:
+        _lora_worker(*sys.argv[1:4])
