@@ -78,18 +78,37 @@ def tiers(rows: dict[int, dict[str, float]]) -> list[str]:
     return sorted(found, key=lambda k: int(k.rsplit("_", 1)[1]))
 
 
-def load_tasks(run_dir: Path) -> dict[int, list[dict]]:
-    """The task records of every round (``tasks/round_NNNN.jsonl``)."""
-    out = {}
-    for path in sorted((run_dir / "tasks").glob("round_*.jsonl")):
-        recs = []
-        for line in path.read_text().splitlines():
-            try:
-                recs.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        out[int(path.stem.split("_")[1])] = recs
+def task_files(run_dir: Path) -> dict[int, Path]:
+    """``tasks/round_NNNN.jsonl`` of every round, by round."""
+    return {int(p.stem.split("_")[1]): p for p in sorted((Path(run_dir) / "tasks").glob("round_*.jsonl"))}
+
+
+def load_records(path: Path) -> list[dict]:
+    """One round's task records; lines that are not a record are skipped."""
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict):
+            out.append(rec)
     return out
+
+
+_LEVELS_CACHE: dict[tuple[str, int, int], Counter] = {}
+
+
+def accepted_levels(path: Path) -> Counter:
+    """Accepted tasks per level in one round's file. Cached by the file's identity: a page
+    rebuilt every round re-reads only the files that changed, not the whole run."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _LEVELS_CACHE:
+        _LEVELS_CACHE[key] = Counter(rec["task"]["level"] for rec in load_records(path)
+                                     if rec.get("accepted") and isinstance(rec.get("task"), dict)
+                                     and "level" in rec["task"])
+    return _LEVELS_CACHE[key]
 
 
 # ----------------------------------------------------------------------------- page parts
@@ -151,11 +170,9 @@ def _round_table(rows: dict[int, dict[str, float]]) -> str:
     return _table(["round"] + [name for _, name in cols], body, "num")
 
 
-def _level_table(tasks: dict[int, list[dict]]) -> str:
+def _level_table(files: dict[int, Path]) -> str:
     """Accepted tasks per level and round: the curriculum's shape, shaded by share."""
-    counts = {r: Counter(rec["task"]["level"] for rec in recs
-                         if rec.get("accepted") and rec.get("task") and "level" in rec["task"])
-              for r, recs in tasks.items()}
+    counts = {r: accepted_levels(path) for r, path in files.items()}
     levels = sorted({lv for c in counts.values() for lv in c})
     if not levels:
         return "<p class='none'>no task accepted yet</p>"
@@ -210,7 +227,7 @@ def render(run_dir: Path, refresh_s: int = 0, proposals: int = 20) -> str:
 
     run_dir = Path(run_dir)
     rows = per_round(run_dir / "metrics.jsonl")
-    tasks = load_tasks(run_dir)
+    files = task_files(run_dir)
     status = run_status(run_dir)
 
     def series(metric: str) -> list[tuple[int, float]]:
@@ -227,15 +244,16 @@ def render(run_dir: Path, refresh_s: int = 0, proposals: int = 20) -> str:
             f"{html.escape(str(status.get('checkpoint')))}")
     if "error" in status:
         meta = "cannot read the run: " + html.escape(status["error"])
-    latest = max(tasks) if tasks else None
+    latest = max(files) if files else None
     return _page(f"{run_dir.name}: self-play curriculum", [
         f"<h1>{html.escape(str(run_dir))}</h1><p class='meta'>{meta}</p>",
         "<h2>Curves, per round</h2><div class='charts'>", *charts, "</div>",
         "<h2>Accepted tasks by level</h2><p class='meta'>Fill-phase proposals inside the band, before "
-        "de-duplication against the pool; shaded by their share of the round.</p>", _level_table(tasks),
+        "de-duplication against the pool; shaded by their share of the round.</p>", _level_table(files),
         "<h2>Per round</h2>", _round_table(rows) if rows else "<p class='none'>no metrics yet</p>",
         f"<h2>Proposals of round {latest}</h2>" if latest is not None else "<h2>Proposals</h2>",
-        _proposal_table(tasks[latest], proposals) if latest is not None else "<p class='none'>none yet</p>",
+        _proposal_table(load_records(files[latest]), proposals) if latest is not None
+        else "<p class='none'>none yet</p>",
     ], refresh_s)
 
 

@@ -97,6 +97,21 @@ def test_compare_page_overlays_runs(tmp_path):
     assert main(["dashboard", str(a), str(tmp_path / "missing")]) == 2
 
 
+def test_level_counts_are_reread_only_when_a_file_changes(tmp_path, monkeypatch):
+    run = write_run(tmp_path / "run")
+    first = dashboard.render(run)
+    reads = []
+    real = dashboard.load_records
+    monkeypatch.setattr(dashboard, "load_records", lambda path: reads.append(path.name) or real(path))
+    assert dashboard.render(run) == first
+    assert reads == ["round_0003.jsonl"]  # only the latest round, for its proposals table
+    path = run / "tasks" / "round_0001.jsonl"
+    path.write_text(path.read_text().replace('"level": 1', '"level": 4'))
+    reads.clear()
+    page = dashboard.render(run)
+    assert sorted(reads) == ["round_0001.jsonl", "round_0003.jsonl"] and "<th>level 4</th>" in page
+
+
 def test_chart_leaves_out_nonfinite_points():
     svg = dashboard.line_chart("loss", {"loss": [(1, 0.5), (2, float("nan")), (3, float("inf")), (4, 0.25)],
                                         "empty": [(1, float("nan"))]})
