@@ -398,9 +398,15 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         cfg: Config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from exc
+    # Files are kept as absolute paths, so config.yaml finds them from any directory on resume.
+    cfg.run.plugins = [str(Path(p).resolve()) if _is_file_plugin(p) else p for p in cfg.run.plugins]
     import_plugins(cfg.run.plugins)
     validate(cfg)
     return cfg
+
+
+def _is_file_plugin(entry: str) -> bool:
+    return entry.endswith(".py") or "/" in entry
 
 
 def import_plugins(plugins: list[str]) -> None:
@@ -412,7 +418,7 @@ def import_plugins(plugins: list[str]) -> None:
 
     for entry in plugins:
         try:
-            if entry.endswith(".py") or "/" in entry:
+            if _is_file_plugin(entry):
                 path = Path(entry).resolve()
                 name = "selfplay_plugin_" + hashlib.sha256(str(path).encode()).hexdigest()[:12]
                 if name in sys.modules:

@@ -136,7 +136,7 @@ def test_plugins_from_the_readme_train_and_resume(tmp_path):
     selfplay("train", "--resume", run, "train.rounds=2")  # a new interpreter finds the plugin via config.yaml
     assert max(r["round"] for r in metrics(run)) == 2
     missing = selfplay("train", "configs/demo_cpu.yaml", "run.plugins=[nowhere.py]", check=False)
-    assert missing.returncode == 2 and "run.plugins: cannot import 'nowhere.py'" in missing.stderr
+    assert missing.returncode == 2 and f"run.plugins: cannot import '{ROOT / 'nowhere.py'}'" in missing.stderr
     bad_kwargs = selfplay("train", "configs/demo_cpu.yaml", *common, "env.kwargs={colour: red}",
                           "--run-dir", tmp_path / "bad", check=False)
     assert bad_kwargs.returncode == 2 and "env.kwargs do not fit environment 'reverse'" in bad_kwargs.stderr

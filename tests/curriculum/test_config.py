@@ -33,6 +33,24 @@ def test_env_kwargs_given_whole_replace_the_files_and_dotted_ones_merge():
     assert load_config(demo, ["env.kwargs={}"]).env.kwargs == {}
 
 
+def test_plugin_files_are_imported_once_and_kept_absolute(tmp_path, monkeypatch):
+    plugin = tmp_path / "reward_plugin.py"
+    plugin.write_text("from challenger.rewards import register_frontier_reward\n"
+                      "COUNT = globals().get('COUNT', 0) + 1\n"
+                      "@register_frontier_reward('always_one_cfg_test')\n"
+                      "def always_one(p):\n    return p * 0 + 1\n")
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(None, ["run.plugins=[reward_plugin.py]", "reward.frontier=always_one_cfg_test"])
+    assert cfg.run.plugins == [str(plugin)]  # absolute: a resume from elsewhere finds it
+    again = load_config(None, [f"run.plugins=[{plugin}]", "reward.frontier=always_one_cfg_test"])
+    assert again.run.plugins == cfg.run.plugins
+    with pytest.raises(ConfigError, match=r"run.plugins: cannot import '/.*/broken.py': ZeroDivisionError"):
+        (tmp_path / "broken.py").write_text("1 / 0\n")
+        load_config(None, ["run.plugins=[broken.py]"])
+    with pytest.raises(ConfigError, match="reward.frontier 'nowhere'"):
+        load_config(None, ["reward.frontier=nowhere"])
+
+
 def test_unknown_override_names_nearest():
     with pytest.raises(ConfigError, match=r"unknown config key 'train.round'.*train.rounds"):
         load_config(None, ["train.round=3"])
