@@ -41,8 +41,9 @@ def _fsync_tree(root: Path) -> None:
             os.close(fd)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writing processes never share one
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
         f.flush()
@@ -82,7 +83,7 @@ class CheckpointManager:
         if final.exists():  # a resumed run rewrites a checkpoint it had already written
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _atomic_write(self.dir / "latest", name + "\n")
+        atomic_write(self.dir / "latest", name + "\n")
         self._prune()
         return final
 

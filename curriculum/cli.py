@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from curriculum.checkpoint import atomic_write
 from curriculum.config import ConfigError, diff_keys, is_resumable, load_config, to_yaml, valid_keys
 
 
@@ -29,9 +30,7 @@ def _train(args) -> int:
         if changed and int(os.environ.get("RANK", "0")) == 0:
             # The run now follows the new values (say train.rounds): so do the next resume,
             # `selfplay status` and the dashboard.
-            tmp = saved.with_name(f".config.yaml.{os.getpid()}.tmp")
-            tmp.write_text(to_yaml(cfg))
-            tmp.replace(saved)
+            atomic_write(saved, to_yaml(cfg))
             logging.getLogger(__name__).info("config.yaml updated on resume: %s", ", ".join(changed))
     else:
         if not args.config:

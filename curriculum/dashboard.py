@@ -12,9 +12,10 @@ import http.server
 import json
 import logging
 import math
-import os
 from collections import Counter, defaultdict
 from pathlib import Path
+
+from curriculum.checkpoint import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +288,10 @@ def render_compare(run_dirs: list[Path], refresh_s: int = 0) -> str:
     ], refresh_s)
 
 
+def _dirs(run_dir: Path | list[Path]) -> list[Path]:
+    return [Path(d) for d in (run_dir if isinstance(run_dir, list) else [run_dir])]
+
+
 def _render_any(run_dirs: list[Path], refresh_s: int = 0) -> str:
     return render(run_dirs[0], refresh_s) if len(run_dirs) == 1 else render_compare(run_dirs, refresh_s)
 
@@ -294,12 +299,10 @@ def _render_any(run_dirs: list[Path], refresh_s: int = 0) -> str:
 def write(run_dir: Path | list[Path], out: Path | None = None) -> Path:
     """Write the page of one run (default ``RUN_DIR/dashboard.html``), or the comparison of
     several (default ``compare.html``), atomically; return its path."""
-    run_dirs = [Path(d) for d in (run_dir if isinstance(run_dir, list) else [run_dir])]
+    run_dirs = _dirs(run_dir)
     default = run_dirs[0] / "dashboard.html" if len(run_dirs) == 1 else Path("compare.html")
     out = Path(out) if out else default
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    tmp.write_text(_render_any(run_dirs), encoding="utf-8")
-    tmp.replace(out)
+    atomic_write(out, _render_any(run_dirs))
     return out
 
 
@@ -308,7 +311,7 @@ def serve(run_dir: Path | list[Path], port: int = 8000, host: str = "127.0.0.1",
     """An HTTP server whose ``/`` renders the page (of one run, or comparing several) afresh on
     every request and reloads itself every ``refresh_s``; call ``serve_forever()`` on it.
     Binds to localhost by default."""
-    run_dirs = [Path(d) for d in (run_dir if isinstance(run_dir, list) else [run_dir])]
+    run_dirs = _dirs(run_dir)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the http.server API

@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from challenger.proposals import Parsed, parse_proposals
 from challenger.rewards import challenger_rewards, repetition_penalty
 from curriculum import dashboard
-from curriculum.checkpoint import CheckpointManager, read_state
+from curriculum.checkpoint import CheckpointManager, atomic_write, read_state
 from curriculum.config import Config, to_yaml
 from curriculum.distributed import check_world, full_parameters, init_dist, run_sharded, wrap_deepspeed
 from curriculum.envs import Task, benchmark, make_env
@@ -420,9 +420,7 @@ class SelfPlayTrainer:
         if not self.dist.is_main:
             return
         path = self.run_dir / "tasks" / f"round_{r:04d}.jsonl"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(rec) + "\n" for rec in self.task_log))
-        tmp.replace(path)
+        atomic_write(path, "".join(json.dumps(rec) + "\n" for rec in self.task_log))
         k = self.cfg.log.samples
         rows = [[rec["round"], rec["phase"], rec["text"], rec["rejected"] or "", rec["solve_rate"], rec["accepted"]]
                 for rec in self.task_log if rec["phase"] == "fill"][:k]
