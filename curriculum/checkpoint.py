@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -18,6 +19,8 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+# round_0002 (after round 2) or round_0002+003 (three stages into round 3): names sort in run order.
+NAME = re.compile(r"round_\d{4}(\+\d{3})?")
 
 
 def _sha256(path: Path) -> str:
@@ -57,7 +60,6 @@ class CheckpointManager:
     def __init__(self, directory: Path, keep_last: int = 3):
         self.dir = Path(directory)
         self.keep_last = keep_last
-        self.dir.mkdir(parents=True, exist_ok=True)
 
     def save(self, name: str, write: Callable[[Path], None], state: dict) -> Path:
         """Call ``write(tmp_dir)``, add state and manifest, then rename into place."""
@@ -67,6 +69,8 @@ class CheckpointManager:
 
     def begin(self, name: str) -> Path:
         """A fresh temporary directory for checkpoint ``name`` (filled by the caller, then ``finish``)."""
+        if not NAME.fullmatch(name):
+            raise ValueError(f"checkpoint name {name!r} does not match {NAME.pattern}")
         tmp = self.dir / f".tmp-{name}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -88,8 +92,11 @@ class CheckpointManager:
         return final
 
     def names(self) -> list[str]:
-        """Checkpoint names, oldest first (names sort in training order)."""
-        return sorted(p.name for p in self.dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+        """Checkpoint names, oldest first (names sort in training order). Only names of the exact
+        pattern count: a copy such as ``round_0002.bak`` is never taken for a checkpoint."""
+        if not self.dir.is_dir():
+            return []
+        return sorted(p.name for p in self.dir.iterdir() if p.is_dir() and NAME.fullmatch(p.name))
 
     def verify(self, path: Path) -> str | None:
         """None if complete and intact, else what is wrong."""

@@ -38,16 +38,13 @@ def _train(args) -> int:
         if args.run_dir:
             overrides.append(f"run.dir={args.run_dir}")
         cfg = load_config(args.config, overrides)
-        if (Path(cfg.run.dir) / "checkpoints" / "latest").exists():
-            raise ConfigError(f"run directory {cfg.run.dir} already holds a run; resume it with "
-                              f"`selfplay train --resume {cfg.run.dir}` or choose another run.dir")
     from curriculum.trainer import SelfPlayTrainer
 
     trainer = SelfPlayTrainer(cfg, resume=bool(args.resume))
     try:
         trainer.train()
     finally:
-        trainer.dist.close()
+        trainer.close()
     if trainer.dist.is_main:
         print(f"metrics: {Path(cfg.run.dir) / 'metrics.jsonl'}")
     return 0
@@ -62,7 +59,7 @@ def _eval(args) -> int:
 
 
 def _status(args) -> int:
-    from curriculum.evaluate import run_status
+    from curriculum.rundir import run_status
 
     dirs = [Path(d) for d in args.run_dirs] or sorted(p.parent for p in Path(args.root).glob("*/config.yaml"))
     for d in dirs:

@@ -17,9 +17,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-
-class ConfigError(ValueError):
-    """A config that cannot run; the message names the key and the values."""
+from curriculum.errors import ConfigError
 
 
 @dataclass
@@ -450,7 +448,7 @@ def validate(cfg: Config) -> None:
     from challenger.rewards import FRONTIER_REWARDS
     from curriculum.envs import ENVIRONMENTS
     from curriculum.pool import SAMPLERS
-    from curriculum.rl import AGGREGATIONS, ESTIMATORS
+    from curriculum.engine.rl import AGGREGATIONS, ESTIMATORS
 
     def need(ok: bool, msg: str):
         if not ok:

@@ -224,7 +224,7 @@ def _page(title: str, body: list[str], refresh_s: int) -> str:
 
 def render(run_dir: Path, refresh_s: int = 0, proposals: int = 20) -> str:
     """The dashboard page of ``run_dir`` as HTML."""
-    from curriculum.evaluate import run_status
+    from curriculum.rundir import run_status
 
     run_dir = Path(run_dir)
     rows = per_round(run_dir / "metrics.jsonl")

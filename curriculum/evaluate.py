@@ -1,42 +1,72 @@
-"""Evaluating a run's latest checkpoint, and summarising runs on disk."""
+"""The held-out benchmark: scoring a solver on it, during training and from a run's checkpoint.
+
+``selfplay eval RUN_DIR`` builds the solver and the benchmark, nothing else: it reads the
+run's config and newest checkpoint and writes none of the run's files.
+"""
 from __future__ import annotations
 
-import json
+import functools
 from pathlib import Path
 
-from curriculum.checkpoint import CheckpointManager, read_state
+import numpy as np
+import torch
+
+from curriculum.checkpoint import read_state
 from curriculum.config import load_config
+from curriculum.envs import Task, benchmark, make_env
+from curriculum.engine.rollout import generate
+from curriculum.errors import ConfigError
+from curriculum.rundir import RunDir
+from solver.role import Solver
+
+
+@torch.no_grad()
+def solver_scores(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int, seed: int) -> list[list[float]]:
+    """``eval_cfg.samples`` scores per task (0 for an unfinished answer): greedy, or sampled from ``seed``."""
+    role.activate()
+    k = eval_cfg.samples
+    greedy = eval_cfg.temperature == 0
+    sample = functools.partial(generate, role.model, tokenizer, max_new_tokens=eval_cfg.max_new_tokens, greedy=greedy,
+                               temperature=eval_cfg.temperature if not greedy else 1.0, batch_size=batch_size, seed=seed)
+    attempts = Solver(env).attempt([t for t in tasks for _ in range(k)], sample)
+    return [[a.score for a in attempts[i * k : (i + 1) * k]] for i in range(len(tasks))]
+
+
+def accuracy_report(tasks: list[Task], scores: list[list[float]]) -> dict[str, float]:
+    """``eval/accuracy`` over every score, and ``eval/accuracy/tier_L`` per level."""
+    correct: dict[int, list[float]] = {}
+    for t, s in zip(tasks, scores):
+        correct.setdefault(t.level, []).extend(s)
+    out = {"eval/accuracy": float(np.mean([s for v in correct.values() for s in v]))}
+    for level in sorted(correct):
+        out[f"eval/accuracy/tier_{level}"] = float(np.mean(correct[level]))
+    return out
+
+
+def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int) -> dict[str, float]:
+    """Accuracy on ``tasks``: greedy, or the mean over ``eval_cfg.samples`` samples per task.
+
+    Sampling is seeded from ``eval_cfg.seed`` alone, so every round is scored on the
+    same random stream (round-to-round differences are the model's, not the dice's).
+    """
+    return accuracy_report(tasks, solver_scores(role, tokenizer, env, tasks, eval_cfg, batch_size, eval_cfg.seed))
 
 
 def evaluate_run(run_dir: Path) -> dict:
-    """Held-out accuracy of the solver in the newest complete checkpoint; also written to eval.json."""
-    from curriculum.trainer import SelfPlayTrainer, evaluate_solver
+    """Held-out accuracy of the solver in the run's newest intact checkpoint (read-only)."""
+    from curriculum.engine.policy import load_solver
 
-    cfg = load_config(run_dir / "config.yaml", ["wandb.mode=disabled", "log.progress=false"])
-    trainer = SelfPlayTrainer(cfg, resume=True)  # builds the models and restores the newest checkpoint
-    trainer.monitor.close()
-    results = evaluate_solver(trainer.roles["solver"], trainer.tokenizer, trainer.env, trainer.benchmark,
-                              cfg.eval, cfg.solver.sampling.batch_size)
-    results["round"] = trainer.round
-    (run_dir / "eval.json").write_text(json.dumps(results, indent=1))
-    return results
-
-
-def run_status(run_dir: Path) -> dict:
-    """Round reached, newest intact checkpoint and whether the run finished."""
-    run_dir = Path(run_dir)
-    out: dict = {"run": str(run_dir)}
-    try:
-        cfg = load_config(run_dir / "config.yaml")
-        out["rounds"] = cfg.train.rounds
-    except Exception as exc:  # noqa: BLE001 - a broken run is still listed
-        out["error"] = str(exc)
-        return out
-    ckdir = run_dir / "checkpoints"
-    latest = CheckpointManager(ckdir, cfg.checkpoint.keep_last).latest() if ckdir.is_dir() else None
+    rd = RunDir(run_dir)
+    if not rd.is_run():
+        raise ConfigError(f"{rd.path} has no config.yaml; is it a run directory?")
+    cfg = load_config(rd.config, ["wandb.mode=disabled", "log.progress=false"])
+    latest = rd.latest_checkpoint()
     if latest is None:
-        out.update(round=0, checkpoint=None, finished=False)
-        return out
-    state = read_state(latest)
-    out.update(round=state["round"], checkpoint=str(latest), finished=bool(state.get("finished")))
-    return out
+        raise ConfigError(f"{rd.path} has no complete checkpoint to evaluate yet")
+    env = make_env(cfg.env.name, **cfg.env.kwargs)
+    tasks = benchmark(env, cfg.eval.seed, cfg.eval.per_level)
+    role, tokenizer = load_solver(cfg, latest, env, {t.text for t in tasks})
+    results = evaluate_solver(role, tokenizer, env, tasks, cfg.eval, cfg.solver.sampling.batch_size)
+    results["round"] = int(read_state(latest)["round"])
+    results["checkpoint"] = str(latest)
+    return results

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Advantage computation, side by side: verl's per-sample loop, TRL's fixed-group
-vectorisation, and ``curriculum.rl.compute_advantages``.
+vectorisation, and ``curriculum.engine.rl.compute_advantages``.
 
 All three go from rewards [N] + group ids [N] (+ a response mask [N, T]) to GRPO
 advantages, [N] ("seq") or [N, T] ("token"), on the same data (groups of G, contiguous,
@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from curriculum.rl import compute_advantages  # noqa: E402
+from curriculum.engine.rl import compute_advantages  # noqa: E402
 
 
 def verl_loop(scores_n, index, response_mask_nt=None, epsilon=1e-6):

@@ -6,7 +6,7 @@ in place, then records the op's peak resident memory above that baseline
 (``ru_maxrss`` high-water mark minus the RSS before the op) and its wall time for
 forward + backward. Gradient tensors (``h.grad``, ``W.grad``) are outputs both variants must allocate, so
 they are subtracted. ``naive`` is ``log_softmax((h @ W^T).float()).gather(y)`` as most
-trainers write it; ``chunked`` is ``curriculum.rl.logprobs.linear_logprobs``.
+trainers write it; ``chunked`` is ``curriculum.engine.rl.logprobs.linear_logprobs``.
 
 Modes: ``frozen-head`` (default; gradient to the hidden states only, as under LoRA),
 ``trainable-head`` (gradient to W too), ``no-grad`` (old/ref log-probs).
@@ -38,7 +38,7 @@ def worker(args):
     import torch
 
     sys.path.insert(0, ROOT)
-    from curriculum.rl.logprobs import linear_logprobs
+    from curriculum.engine.rl.logprobs import linear_logprobs
 
     dev, dtype = args.device, getattr(torch, args.dtype)
     torch.manual_seed(0)

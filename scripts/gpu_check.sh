@@ -35,7 +35,7 @@ timeout 240 "$PY" - "$OUT/bench.json" <<'PYEOF' || status=1
 import json, sys
 import torch, triton
 from triton.testing import do_bench
-from curriculum.rl import compute_advantages, policy_loss
+from curriculum.engine.rl import compute_advantages, policy_loss
 
 import os, time
 SMOKE = os.environ.get("GPU_CHECK_SMOKE") == "1"  # CPU dry run of this script's logic (TRITON_INTERPRET=1)

@@ -33,8 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from curriculum.config import load_config  # noqa: E402
-from curriculum.rollout import pack  # noqa: E402
-from curriculum.tiny import build_tokenizer  # noqa: E402
+from curriculum.engine.rollout import pack  # noqa: E402
+from curriculum.engine.tiny import build_tokenizer  # noqa: E402
 
 SMOKE = os.environ.get("GPU_CHECK_SMOKE") == "1"
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}
@@ -135,7 +135,7 @@ def main() -> None:
         if dev == "cuda":
             res["max_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         trainer.monitor.close()
-        trainer.dist.close()
+        trainer.close()
     print(json.dumps(res, indent=1))
     for k in ("rollout_tokens_per_s", "train_tokens_per_s", "rollout_mfu", "train_mfu"):
         print(f"{k:>22}: {res[k]:,.3f}")

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from curriculum.config import ConfigError, load_config
-from curriculum.distributed import SingleProcess, check_world, deepspeed_config, run_sharded, shard_units
+from curriculum.engine.distributed import SingleProcess, check_world, deepspeed_config, run_sharded, shard_units
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -95,7 +95,7 @@ def test_config_refuses_what_cannot_run():
 
 
 def test_several_processes_need_deepspeed(monkeypatch):
-    from curriculum.distributed import init_dist
+    from curriculum.engine.distributed import init_dist
 
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(ConfigError, match=r"2 processes \(WORLD_SIZE=2\) need distributed.engine=deepspeed"):
@@ -103,7 +103,7 @@ def test_several_processes_need_deepspeed(monkeypatch):
 
 
 def test_missing_deepspeed_is_named(monkeypatch):
-    from curriculum.distributed import import_deepspeed
+    from curriculum.engine.distributed import import_deepspeed
 
     monkeypatch.setitem(sys.modules, "deepspeed", None)
     with pytest.raises(ConfigError, match="deepspeed cannot be imported.*pip install deepspeed"):
@@ -256,11 +256,11 @@ def test_deepspeed_skips_a_nonfinite_step_on_two_ranks(tmp_path, stage):
 
 def _nonfinite_worker(stage: str, out: str) -> None:
     """A GRPO update whose loss is NaN, then a clean one, through the DeepSpeed engine."""
-    import curriculum.grpo as grpo
-    from curriculum.distributed import full_parameters, init_dist, wrap_deepspeed
-    from curriculum.policy import build_roles
-    from curriculum.rollout import generate, pack
-    from curriculum.tiny import build_model, build_tokenizer
+    import curriculum.engine.grpo as grpo
+    from curriculum.engine.distributed import full_parameters, init_dist, wrap_deepspeed
+    from curriculum.engine.policy import build_roles
+    from curriculum.engine.rollout import generate, pack
+    from curriculum.engine.tiny import build_model, build_tokenizer
 
     cfg = load_config(None, ["run.device=cpu", *DS, f"distributed.zero_stage={stage}", "solver.optim.lr=0.01"])
     dist = init_dist(cfg, torch.device("cpu"))
@@ -327,7 +327,7 @@ def _lora_worker(run_dir: str, cache: str, out: str) -> None:
     if trainer.dist.is_main:
         Path(out).write_text(json.dumps(result))
     trainer.monitor.close()
-    trainer.dist.close()
+    trainer.close()
 
 
 if __name__ == "__main__":

@@ -1,54 +1,8 @@
-"""Environment registry: pick a task family by name (``env.name`` in the config)."""
+"""Environments: task families chosen by name (``env.name``); the built-in ones register on import."""
 from __future__ import annotations
 
-import random
-from typing import Callable
-
+from curriculum.envs import arithmetic, code_output  # noqa: F401  (register themselves)
 from curriculum.envs.base import Environment, InvalidProposal, Task
-
-ENVIRONMENTS: dict[str, Callable[..., Environment]] = {}
-
-
-def register_env(name: str):
-    """Class decorator: make an environment constructible as ``env.name=<name>``."""
-
-    def wrap(cls):
-        ENVIRONMENTS[name] = cls
-        return cls
-
-    return wrap
-
-
-def make_env(name: str, **kwargs) -> Environment:
-    """The registered environment ``name`` built with ``kwargs``; a mismatch is a config error."""
-    from curriculum.config import ConfigError  # a ValueError: callers that catch that still do
-
-    if name not in ENVIRONMENTS:
-        raise ConfigError(f"unknown environment {name!r}; registered: {sorted(ENVIRONMENTS)}")
-    try:
-        return ENVIRONMENTS[name](**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"env.kwargs do not fit environment {name!r}: {exc} (env.kwargs={{...}} given "
-                          "as an override replaces the config file's)") from exc
-
-
-def benchmark(env: Environment, seed: int, per_level: int) -> list[Task]:
-    """The held-out benchmark: ``per_level`` distinct tasks per level from ``seed``."""
-    rng = random.Random(f"benchmark:{seed}")
-    tasks: list[Task] = []
-    for level in range(1, env.num_levels + 1):
-        seen: set[str] = set()
-        for _ in range(per_level * 50):
-            if len(seen) == per_level:
-                break
-            task = env.sample_task(level, rng)
-            if task.text not in seen:
-                seen.add(task.text)
-                tasks.append(task)
-    return tasks
-
-
-# Built-in environments register themselves on import.
-from curriculum.envs import arithmetic, code_output  # noqa: E402,F401
+from curriculum.envs.registry import ENVIRONMENTS, benchmark, make_env, register_env
 
 __all__ = ["ENVIRONMENTS", "Environment", "InvalidProposal", "Task", "benchmark", "make_env", "register_env"]

@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 import re
 
-from curriculum.envs import register_env
 from curriculum.envs.base import InvalidProposal, Task
+from curriculum.envs.registry import register_env
 from solver.verifier import extract_int
 
 

@@ -14,8 +14,8 @@ import functools
 import random
 import threading
 
-from curriculum.envs import register_env
 from curriculum.envs.base import InvalidProposal, Task
+from curriculum.envs.registry import register_env
 
 _SHARED: dict[tuple, object] = {}
 _LOCK = threading.Lock()

@@ -3,9 +3,9 @@ import torch
 
 from curriculum.config import ConfigError, EvalConfig, load_config
 from curriculum.envs import benchmark, make_env
-from curriculum.policy import build_roles
-from curriculum.tiny import build_model, build_tokenizer
-from curriculum.trainer import evaluate_solver
+from curriculum.engine.policy import build_roles
+from curriculum.engine.tiny import build_model, build_tokenizer
+from curriculum.evaluate import evaluate_solver
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +32,8 @@ def test_greedy_and_sampled_eval_are_reproducible(setup):
 
 
 def test_eval_aggregates_per_tier_and_over_samples(setup, monkeypatch):
-    import curriculum.trainer as trainer
-    from curriculum.rollout import Completion
+    import curriculum.evaluate as evaluate
+    from curriculum.engine.rollout import Completion
 
     solver, tok, env, tasks = setup
     answers = {env.solver_prompt(t): t for t in tasks}
@@ -49,7 +49,7 @@ def test_eval_aggregates_per_tier_and_over_samples(setup, monkeypatch):
             out.append(Completion([], [], t.answer if right else "x", finished=t.level != 3))
         return out
 
-    monkeypatch.setattr(trainer, "generate", fake_generate)
+    monkeypatch.setattr(evaluate, "generate", fake_generate)
     res = evaluate_solver(solver, tok, env, tasks, EvalConfig(temperature=1.0, samples=2), batch_size=8)
     assert res["eval/accuracy/tier_1"] == 1.0
     assert res["eval/accuracy/tier_2"] == 0.5

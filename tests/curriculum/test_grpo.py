@@ -1,10 +1,10 @@
 import torch
 
 from curriculum.config import load_config
-from curriculum.grpo import grpo_update
-from curriculum.policy import build_roles, load_role_weights, save_role
-from curriculum.rollout import generate, pack
-from curriculum.tiny import build_model, build_tokenizer
+from curriculum.engine.grpo import grpo_update
+from curriculum.engine.policy import build_roles, load_role_weights, save_role
+from curriculum.engine.rollout import generate, pack
+from curriculum.engine.tiny import build_model, build_tokenizer
 
 
 def tiny_roles(overrides):
@@ -43,7 +43,7 @@ def test_grpo_raises_probability_of_rewarded_samples():
     cfg, tok, roles = tiny_roles(["solver.loss.epochs=4"])
     sv = roles["solver"]
     rollout = rollout_for(sv, tok, lambda t: float(t.startswith(("1", "2", "3"))), n=16)
-    from curriculum.rl import sequence_logprobs
+    from curriculum.engine.rl import sequence_logprobs
 
     def rewarded_logp():
         with torch.no_grad():
@@ -103,7 +103,7 @@ def test_kl_reference_is_frozen_initial_model():
 
 
 def test_a_nonfinite_step_is_skipped_not_applied(monkeypatch, caplog):
-    import curriculum.grpo as grpo
+    import curriculum.engine.grpo as grpo
 
     cfg, tok, roles = tiny_roles([])
     sv = roles["solver"]

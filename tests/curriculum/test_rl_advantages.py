@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from curriculum.rl import ESTIMATORS, compute_advantages
+from curriculum.engine.rl import ESTIMATORS, compute_advantages
 
 EST = ["grpo", "dr_grpo", "rloo", "reinforce_pp"]
 

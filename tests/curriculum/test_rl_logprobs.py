@@ -7,8 +7,8 @@ import torch
 from transformers import (CohereConfig, CohereForCausalLM, Gemma2Config, Gemma2ForCausalLM, GraniteConfig,
                           GraniteForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
-from curriculum.rl import sequence_logprobs
-from curriculum.rl.logprobs import full_logits_logprobs, linear_logprobs
+from curriculum.engine.rl import sequence_logprobs
+from curriculum.engine.rl.logprobs import full_logits_logprobs, linear_logprobs
 
 V = 151
 

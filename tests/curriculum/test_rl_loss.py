@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from curriculum.rl import AGGREGATIONS, policy_loss
+from curriculum.engine.rl import AGGREGATIONS, policy_loss
 
 CLIP_LOW, CLIP_HIGH, KL = 0.2, 0.28, 0.05
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from curriculum.rl import AGGREGATIONS, compute_advantages, policy_loss
+from curriculum.engine.rl import AGGREGATIONS, compute_advantages, policy_loss
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 EST = ["grpo", "dr_grpo", "rloo", "reinforce_pp"]
@@ -51,7 +51,7 @@ if not IN_PROCESS:
 def tk():
     if importlib.util.find_spec("triton") is None:
         pytest.fail(TRITON_MISSING, pytrace=False)
-    mod = importlib.import_module("curriculum.rl.triton_kernels")
+    mod = importlib.import_module("curriculum.engine.rl.triton_kernels")
     assert DEVICE == "cuda" or mod.INTERPRETED, "TRITON_INTERPRET=1 must be set before triton is imported"
     return mod
 
@@ -109,7 +109,7 @@ def test_advantage_edge_cases(tk):
 
 @kernel_test
 def test_auto_picks_torch_for_cpu_tensors(tk):
-    from curriculum.rl import _backend
+    from curriculum.engine.rl import _backend
 
     assert _backend.resolve_backend("auto", torch.zeros(1)) == "torch"
     if DEVICE == "cuda":

@@ -1,7 +1,7 @@
 import torch
 
-from curriculum.rollout import Completion, generate, pack
-from curriculum.tiny import build_model, build_tokenizer
+from curriculum.engine.rollout import Completion, generate, pack
+from curriculum.engine.tiny import build_model, build_tokenizer
 
 
 def test_pack_masks_align_with_next_token_logprobs():

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from curriculum.config import Config, OptimConfig
-from curriculum.rl import sequence_logprobs
+from curriculum.engine.rl import sequence_logprobs
 
 ROLES = ("challenger", "solver")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -58,14 +58,14 @@ class Role:
     def trainer_state(self) -> dict:
         """A torch optimizer state dict over ``params`` either way (collective under DeepSpeed)."""
         if self.engine is not None:
-            from curriculum.distributed import export_trainer_state
+            from curriculum.engine.distributed import export_trainer_state
 
             return export_trainer_state(self)
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
 
     def load_trainer_state(self, state: dict) -> None:
         if self.engine is not None:
-            from curriculum.distributed import import_trainer_state
+            from curriculum.engine.distributed import import_trainer_state
 
             import_trainer_state(self, state)
             return
@@ -88,29 +88,40 @@ def make_optimizer(params, cfg: OptimConfig):
     return opt, sched
 
 
+def load_tokenizer(cfg: Config):
+    """The tokenizer of the run: the embedded one, or the local model's (pad and bos filled in)."""
+    if not cfg.model.path:
+        from curriculum.engine import tiny
+
+        return tiny.build_tokenizer()
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(Path(cfg.model.path).expanduser())
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    if tokenizer.bos_token_id is None:  # prompts start with bos; reuse eos as a separator
+        tokenizer.bos_token = tokenizer.eos_token
+    return tokenizer
+
+
 def load_base(cfg: Config, env, exclude: set[str], progress: bool):
     """The starting model and tokenizer: a local HF model, or the warmed-up embedded one."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a bar per shard per checkpoint is noise in training logs
+    tokenizer = load_tokenizer(cfg)
     if cfg.model.path:
-        path = Path(cfg.model.path).expanduser()
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        if tokenizer.bos_token_id is None:  # prompts start with bos; reuse eos as a separator
-            tokenizer.bos_token = tokenizer.eos_token
-        model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=DTYPES[cfg.model.dtype])
+        model = AutoModelForCausalLM.from_pretrained(Path(cfg.model.path).expanduser(), torch_dtype=DTYPES[cfg.model.dtype])
         return model, tokenizer
-    from curriculum import tiny
+    from curriculum.engine import tiny
 
     t, w = cfg.model.tiny, cfg.model.warmup
     payload = {"tiny": vars(t), "warmup": {k: v for k, v in vars(w).items() if k != "cache_dir"},
                "env": cfg.env.name, "env_kwargs": dict(cfg.env.kwargs), "seed": cfg.run.seed,
                "eval": [cfg.eval.seed, cfg.eval.per_level], "version": 1}
 
-    def build(tokenizer):
+    def build():
         torch.manual_seed(cfg.run.seed)
         model = tiny.build_model(tokenizer, t.hidden_size, t.layers, t.heads, t.max_positions)
         tiny.warm_up(model, tokenizer, env, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
@@ -118,8 +129,26 @@ def load_base(cfg: Config, env, exclude: set[str], progress: bool):
                      exclude=exclude, challenger_fraction=w.challenger_fraction, progress=progress)
         return model
 
-    model, tokenizer = tiny.load_or_build(w.cache_dir, payload, build, progress=progress)
+    model = tiny.load_or_build(w.cache_dir, payload, build, progress=progress)
     return model.to(DTYPES[cfg.model.dtype]), tokenizer
+
+
+def load_solver(cfg: Config, checkpoint: Path, env, exclude: set[str]) -> tuple["Role", Any]:
+    """The solver of a checkpoint, for evaluation: one role, no optimizer, on ``run.device``."""
+    from transformers import AutoModelForCausalLM
+
+    device = resolve_device(cfg.run.device)
+    if cfg.model.lora.enabled:  # adapters need their base
+        from peft import get_peft_model
+
+        base, tokenizer = load_base(cfg, env, exclude, progress=False)
+        role = Role("solver", get_peft_model(base, _lora_config(cfg), adapter_name="solver"), "solver", None, None)
+        load_role_weights(role, checkpoint / "solver")
+    else:
+        model = AutoModelForCausalLM.from_pretrained(checkpoint / "solver", torch_dtype=DTYPES[cfg.model.dtype])
+        role, tokenizer = Role("solver", model, None, None, None), load_tokenizer(cfg)
+    role.model.to(device).eval()
+    return role, tokenizer
 
 
 def build_roles(cfg: Config, base, device: torch.device) -> dict[str, Role]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from curriculum.rl._backend import resolve_backend, triton_kernels
+from curriculum.engine.rl._backend import resolve_backend, triton_kernels
 
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 

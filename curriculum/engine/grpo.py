@@ -8,10 +8,10 @@ from collections import defaultdict
 import torch
 
 from curriculum.config import LossConfig
-from curriculum.distributed import SingleProcess
-from curriculum.policy import Role, global_grad_norm, lr_of
-from curriculum.rl import compute_advantages, policy_loss, sequence_logprobs
-from curriculum.rollout import Rollout
+from curriculum.engine.distributed import SingleProcess
+from curriculum.engine.policy import Role, global_grad_norm, lr_of
+from curriculum.engine.rl import compute_advantages, policy_loss, sequence_logprobs
+from curriculum.engine.rollout import Rollout
 
 log = logging.getLogger(__name__)
 

@@ -4,10 +4,10 @@ Each of ``compute_advantages`` and ``policy_loss`` takes ``backend="auto" | "tor
 "triton"``; ``auto`` runs the Triton kernels on CUDA tensors when Triton is installed
 and the torch twins elsewhere. See docs/kernels.md.
 """
-from curriculum.rl._backend import BACKENDS, triton_available
-from curriculum.rl.advantages import ESTIMATORS, compute_advantages, register_estimator
-from curriculum.rl.logprobs import full_logits_logprobs, linear_logprobs, sequence_logprobs
-from curriculum.rl.loss import AGGREGATIONS, aggregate, policy_loss
+from curriculum.engine.rl._backend import BACKENDS, triton_available
+from curriculum.engine.rl.advantages import ESTIMATORS, compute_advantages, register_estimator
+from curriculum.engine.rl.logprobs import full_logits_logprobs, linear_logprobs, sequence_logprobs
+from curriculum.engine.rl.loss import AGGREGATIONS, aggregate, policy_loss
 
 __all__ = [
     "AGGREGATIONS",

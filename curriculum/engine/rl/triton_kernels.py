@@ -1,6 +1,6 @@
 """Triton kernels for the RL maths; each has a torch twin that the tests hold it equal to.
 
-Imported lazily (``curriculum.rl._backend.triton_kernels``) because importing it
+Imported lazily (``curriculum.engine.rl._backend.triton_kernels``) because importing it
 defines ``@triton.jit`` kernels, and ``TRITON_INTERPRET=1`` must be set before that
 for the kernels to run on the CPU interpreter (how CI tests them).
 
@@ -21,6 +21,8 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+
+from curriculum.engine.rl.segments import whiten_members  # torch twin of the whitening
 
 try:  # which kind of kernel @triton.jit produced tells whether we interpret
     from triton.runtime.interpreter import InterpretedFunction as _Interpreted
@@ -134,8 +136,6 @@ def group_advantages(rewards_n, group_ids, estimator, mask_nt=None, eps=1e-6,
     rewards_n: [N] float32/float64; group_ids: integer [N]; mask_nt: optional [N, T].
     Returns adv_n [N] or adv_nt [N, T] in the dtype of ``rewards_n``.
     """
-    from curriculum.rl.advantages import whiten_members  # torch twin of the whitening
-
     rewards_n = rewards_n.contiguous()
     gid_n = group_ids.to(torch.int64).contiguous()
     N = rewards_n.shape[0]

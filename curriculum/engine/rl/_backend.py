@@ -27,7 +27,7 @@ def triton_kernels():
             "backend='triton' needs the triton package, which is not installed; "
             f"install it with: pip install '{TRITON_PIP_SPEC}' (or use backend='torch')"
         )
-    return importlib.import_module("curriculum.rl.triton_kernels")
+    return importlib.import_module("curriculum.engine.rl.triton_kernels")
 
 
 def resolve_backend(backend: str, *tensors: torch.Tensor | None) -> str:

@@ -116,12 +116,11 @@ def cache_key(payload: dict) -> str:
 
 
 def load_or_build(cache_dir: str, payload: dict, build, progress: bool = False):
-    """Build the warmed-up model, or load it from ``cache_dir/<hash of payload>``."""
-    tokenizer = build_tokenizer()
+    """Build the warmed-up model with ``build()``, or load it from ``cache_dir/<hash of payload>``."""
     path = Path(cache_dir).expanduser() / f"tiny-{cache_key(payload)}" if cache_dir else None
     if path is not None and (path / "done").exists():
-        return LlamaForCausalLM.from_pretrained(path), tokenizer
-    model = build(tokenizer)
+        return LlamaForCausalLM.from_pretrained(path)
+    model = build()
     if path is not None:
         tmp = path.with_name(path.name + f".tmp{random.getrandbits(32)}")
         model.save_pretrained(tmp)
@@ -132,4 +131,4 @@ def load_or_build(cache_dir: str, payload: dict, build, progress: bool = False):
             import shutil
 
             shutil.rmtree(tmp, ignore_errors=True)
-    return model, tokenizer
+    return model

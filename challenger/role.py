@@ -1,0 +1,103 @@
+"""The challenger role: prompt, propose through a sampling function it is handed, parse, reward.
+
+The challenger does not own a model: the loop hands it ``sample(prompts) -> completions``
+(a completion is anything with ``text`` and ``finished``). Each GRPO group gets its own
+prompt, conditioned on a few reference tasks (Absolute Zero's reference triplets), so
+the groups of a batch ask for different things and the group baseline compares
+proposals that answered the same prompt.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol, Sequence
+
+import torch
+
+from challenger.proposals import Parsed, parse_proposals
+from challenger.rewards import challenger_rewards, repetition_penalty
+
+
+class ChallengerEnv(Protocol):
+    """What the challenger needs of an environment."""
+
+    def challenger_prompt(self) -> str: ...
+
+    def parse_proposal(self, text: str) -> Any: ...
+
+    def format_proposal(self, task: Any) -> str: ...
+
+
+@dataclass
+class Proposal:
+    """One sampled proposal: its completion, what parsing made of it, and (once probed) its solve rate."""
+
+    completion: Any
+    parsed: Parsed
+    solve_rate: float | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.parsed.valid
+
+    @property
+    def task(self) -> Any:
+        return self.parsed.task
+
+
+def proposal_prompt(prefix: str, references: Sequence[str]) -> str:
+    """Few-shot prompt: each reference written as a proposal on its own line, then ``prefix``.
+
+    ``proposal_prompt("L:", ["a1b2", "a3b4c5"]) == "L:a1b2\\nL:a3b4c5\\nL:"``; no references
+    gives ``prefix`` alone.
+    """
+    return "".join(f"{prefix}{ref}\n" for ref in references) + prefix
+
+
+class Challenger:
+    """Proposes tasks of ``env``; is rewarded for tasks at the solver's frontier that are not repeats."""
+
+    def __init__(self, env: ChallengerEnv, *, frontier: str = "uncertainty", repetition_coef: float = 1.0,
+                 repetition_threshold: float = 0.5, invalid_reward: float = -1.0):
+        self.env = env
+        self.frontier = frontier
+        self.repetition_coef = repetition_coef
+        self.repetition_threshold = repetition_threshold
+        self.invalid_reward = invalid_reward
+
+    def prompt(self, references: Sequence[Any] = ()) -> str:
+        """The prompt of one group, conditioned on reference tasks (none: the environment's plain prompt)."""
+        return proposal_prompt(self.env.challenger_prompt(), [self.env.format_proposal(t) for t in references])
+
+    def propose(self, prompts: Sequence[str], sample: Callable[[list[str]], list]) -> list[Proposal]:
+        """One proposal per prompt; a truncated or unparsable one is a rejection, never an exception."""
+        completions = sample(list(prompts))
+        parsed = parse_proposals([c.text for c in completions], self.env.parse_proposal,
+                                 finished=[c.finished for c in completions])
+        return [Proposal(c, p) for c, p in zip(completions, parsed)]
+
+    def rewards(self, proposals: Sequence[Proposal]) -> tuple[torch.Tensor, dict[str, float]]:
+        """gate x (frontier(p) - coef x repetition); ``proposals`` must be probed. Returns (reward_b, stats)."""
+        valid_b = torch.tensor([p.valid for p in proposals], dtype=torch.bool)
+        p_b = torch.tensor([p.solve_rate if p.valid else 0.0 for p in proposals], dtype=torch.float32)
+        rep_b = repetition_penalty([p.task.text if p.valid else p.completion.text for p in proposals],
+                                   self.repetition_threshold)
+        reward_b, stats = challenger_rewards(valid_b, p_b, rep_b, frontier=self.frontier,
+                                             repetition_coef=self.repetition_coef, invalid_reward=self.invalid_reward)
+        stats.update(proposal_stats(proposals))
+        return reward_b, stats
+
+
+def proposal_stats(proposals: Sequence[Proposal]) -> dict[str, float]:
+    """Distinct texts, mean level and solve rate of the valid ones, and the share of each rejection reason."""
+    n = max(1, len(proposals))
+    valid = [p for p in proposals if p.valid]
+    rates = [p.solve_rate for p in valid if p.solve_rate is not None]
+    reasons = Counter(p.parsed.reason.split(":")[0] for p in proposals if not p.valid)
+    stats = {
+        "unique_fraction": len({p.completion.text for p in proposals}) / n,
+        "level_mean": sum(p.task.level for p in valid) / len(valid) if valid else 0.0,
+        "solve_rate_mean": sum(rates) / len(rates) if rates else 0.0,
+    }
+    stats.update({f"rejected/{k}": v / n for k, v in sorted(reasons.items())})
+    return stats
