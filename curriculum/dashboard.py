@@ -3,62 +3,121 @@
 Built from the run's own files (``metrics.jsonl``, ``tasks/``, checkpoints), which
 resume already keeps exact, so the page never disagrees with the run. It has no
 script and loads nothing from the network: it opens from a cluster node's disk, a
-copied file, or ``selfplay dashboard RUN_DIR --serve``.
+copied file, or ``selfplay dashboard RUN_DIR --serve``. Charts are inline SVG; the
+round selector of the proposals is one ``<details>`` element per round.
 """
 from __future__ import annotations
 
+import errno
 import html
 import http.server
 import json
 import logging
 import math
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
+import yaml
+
 from curriculum.checkpoint import atomic_write
+from curriculum.rundir import RunDir, run_status
 
 log = logging.getLogger(__name__)
 
-#: (title, [(metric, label)]) for each chart, in page order.
-CHARTS = [
-    ("Held-out accuracy", [("eval/accuracy", "all")]),  # plus one line per tier
-    ("Challenger", [("challenger/valid_fraction", "valid fraction"), ("challenger/reward_mean", "reward"),
-                    ("challenger/solve_rate_mean", "solve rate of its tasks")]),
-    ("Task level", [("curriculum/accepted_level_mean", "accepted"), ("curriculum/pool_level_mean", "pool"),
-                    ("solver/task_level_mean", "solver trained on")]),
-    ("Pool", [("curriculum/pool_size", "size"), ("curriculum/accepted", "accepted this round")]),
-    ("Solver", [("solver/reward_mean", "reward"), ("solver/solved_all_fraction", "tasks always solved"),
-                ("solver/solved_none_fraction", "tasks never solved")]),
-    ("Seconds per round", [("time/round_s", "round"), ("time/eval_s", "eval")]),
+
+@dataclass(frozen=True)
+class Chart:
+    """One chart: lines of metrics, and p10-p90 bands of metrics logged as quantiles."""
+
+    title: str
+    lines: tuple[tuple[str, str], ...]  # (metric, label)
+    y_title: str
+    rate: bool = False  # a share or accuracy: y axis 0..1
+    bands: tuple[tuple[str, str], ...] = ()  # (prefix, label): PREFIX_p10 / _p50 / _p90
+    integer: bool = False  # whole numbers (counts, levels): whole ticks
+    step: bool = False  # a value held until the next round (the frontier level)
+    optional: bool = False  # left out while none of its metrics is logged (metrics added later)
+
+
+BENCHMARK = [  # followed by one line per level, after the first chart
+    Chart("Held-out accuracy", (("eval/accuracy", "greedy"), ("eval/mean_at_k", "mean@k")), "accuracy", rate=True),
+    Chart("Frontier level", (("eval/frontier_level", "highest level solved ≥ 50%"),), "level",
+          integer=True, step=True, optional=True),
 ]
-#: Columns of the per-round table (also ``scripts/summarize_run.py``).
+CURRICULUM = [
+    Chart("Task difficulty (1 − solve rate)", (), "difficulty", rate=True,
+          bands=(("curriculum/accepted_difficulty", "accepted"), ("curriculum/pool_difficulty", "pool"))),
+    Chart("Solve rate", (("challenger/solve_rate_mean", "challenger's tasks, probed"),
+                         ("solver/solved_all_fraction", "solver: tasks always solved"),
+                         ("solver/solved_none_fraction", "solver: tasks never solved")), "share", rate=True),
+    Chart("Task level", (("curriculum/accepted_level_mean", "accepted"), ("curriculum/pool_level_mean", "pool"),
+                         ("solver/task_level_mean", "solver trained on")), "level"),
+    Chart("Pool", (("curriculum/pool_size", "size"), ("curriculum/accepted", "accepted this round")), "tasks",
+          integer=True),
+    Chart("Pseudo-label accuracy", (("curriculum/label_accuracy", "majority vote"),), "accuracy",
+          rate=True, optional=True),
+]
+TRAINING = [
+    Chart("Validity", (("challenger/valid_fraction", "challenger updates"),
+                       ("curriculum/valid_fraction", "fill proposals")), "valid share", rate=True),
+    Chart("Reward", (("challenger/reward_mean", "challenger"), ("solver/reward_mean", "solver")), "mean reward"),
+    Chart("Groups without signal", (("solver/no_signal_fraction", "solver"),), "share of GRPO groups",
+          rate=True, optional=True),
+    Chart("Generated tokens", (("challenger/generated_tokens", "challenger"), ("solver/generated_tokens", "solver")),
+          "tokens, cumulative", integer=True, optional=True),
+    Chart("Tool use", (("solver/tool_calls_mean", "calls per answer"), ("solver/tool_error_rate", "error rate")),
+          "calls / rate", optional=True),
+    Chart("Seconds per round", (("time/round_s", "round"), ("time/eval_s", "eval")), "seconds"),
+]
+#: Columns of the per-round table (also ``scripts/summarize_run.py``); unlogged ones are dropped.
 COLUMNS = [
     ("eval/accuracy", "eval acc"),
+    ("eval/mean_at_k", "mean@k"),
+    ("eval/frontier_level", "frontier"),
     ("challenger/valid_fraction", "valid"),
     ("challenger/reward_mean", "ch reward"),
     ("curriculum/accepted", "accepted"),
     ("curriculum/accepted_level_mean", "acc level"),
     ("curriculum/accepted_difficulty_mean", "acc diff"),
+    ("curriculum/label_accuracy", "label acc"),
     ("curriculum/pool_size", "pool"),
     ("solver/reward_mean", "sv reward"),
+    ("solver/no_signal_fraction", "no signal"),
 ]
-#: (title, metric) of the charts that overlay several runs.
+#: Charts that overlay several runs: one line per run of the chart's single metric.
 COMPARE = [
-    ("Held-out accuracy", "eval/accuracy"),
-    ("Accepted task level", "curriculum/accepted_level_mean"),
-    ("Level of the tasks the solver trained on", "solver/task_level_mean"),
-    ("Solver reward", "solver/reward_mean"),
-    ("Challenger valid fraction", "challenger/valid_fraction"),
-    ("Pool size", "curriculum/pool_size"),
+    Chart("Held-out accuracy (greedy)", (("eval/accuracy", ""),), "accuracy", rate=True),
+    Chart("Held-out mean@k", (("eval/mean_at_k", ""),), "mean@k", rate=True, optional=True),
+    Chart("Frontier level", (("eval/frontier_level", ""),), "level", integer=True, step=True, optional=True),
+    Chart("Accepted task level", (("curriculum/accepted_level_mean", ""),), "level"),
+    Chart("Median difficulty of accepted tasks", (("curriculum/accepted_difficulty_p50", ""),), "difficulty",
+          rate=True, optional=True),
+    Chart("Level of the tasks the solver trained on", (("solver/task_level_mean", ""),), "level"),
+    Chart("Solver reward", (("solver/reward_mean", ""),), "mean reward"),
+    Chart("Solver groups without signal", (("solver/no_signal_fraction", ""),), "share of GRPO groups",
+          rate=True, optional=True),
+    Chart("Challenger valid fraction", (("challenger/valid_fraction", ""),), "valid share", rate=True),
+    Chart("Pool size", (("curriculum/pool_size", ""),), "tasks", integer=True),
 ]
+#: Cumulative counters, whose round value is their last; x axis of "accuracy against tokens".
+TOKENS = ("challenger/generated_tokens", "solver/generated_tokens")
+PROPOSALS_PER_ROUND = 30
 _AVERAGED = ("challenger/", "solver/")  # logged every step: the round's mean; the rest: its last value
+#: A mean over the round's accepted tasks is undefined (logged as 0) when none was accepted.
+_UNDEFINED_WHEN_ZERO = {"curriculum/accepted_level_mean": "curriculum/accepted"}
 _PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+#: Levels are coloured along a ramp (viridis without its pale end), so 25 lines keep their order.
+_RAMP = [(68, 1, 84), (65, 68, 135), (42, 120, 142), (34, 168, 132), (122, 209, 81), (189, 223, 38)]
+
+
+# ----------------------------------------------------------------------------- reading the run
 
 
 def per_round(path: Path) -> dict[int, dict[str, float]]:
     """One value per metric per round: the mean over the round's steps for challenger/* and
-    solver/*, the last value for the rest. Lines that are not a record (a torn last line
-    from a killed writer) are skipped."""
+    solver/*, the last value for the rest (and for the cumulative token counters). Lines that
+    are not a record (a torn last line from a killed writer) are skipped."""
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for line in path.read_text().splitlines() if path.is_file() else []:
         try:
@@ -70,18 +129,42 @@ def per_round(path: Path) -> dict[int, dict[str, float]]:
         for k, v in rec.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("round", "time"):
                 values[rec["round"]][k].append(float(v))
-    return {r: {k: sum(v) / len(v) if k.startswith(_AVERAGED) else v[-1] for k, v in m.items()}
+    return {r: {k: sum(v) / len(v) if k.startswith(_AVERAGED) and k not in TOKENS else v[-1] for k, v in m.items()}
             for r, m in sorted(values.items())}
 
 
-def tiers(rows: dict[int, dict[str, float]]) -> list[str]:
-    found = {k for m in rows.values() for k in m if k.startswith("eval/accuracy/tier_")}
-    return sorted(found, key=lambda k: int(k.rsplit("_", 1)[1]))
+def tiers(rows: dict[int, dict[str, float]], metric: str = "eval/accuracy") -> list[str]:
+    """``METRIC/tier_L`` keys logged in ``rows``, by level."""
+    head = f"{metric}/tier_"
+    found = {k for m in rows.values() for k in m if k.startswith(head) and k[len(head):].isdigit()}
+    return sorted(found, key=_level)
 
 
-def task_files(run_dir: Path) -> dict[int, Path]:
-    """``tasks/round_NNNN.jsonl`` of every round, by round."""
-    return {int(p.stem.split("_")[1]): p for p in sorted((Path(run_dir) / "tasks").glob("round_*.jsonl"))}
+def _level(key: str) -> int:
+    return int(key.rsplit("_", 1)[1])
+
+
+def series(rows: dict[int, dict[str, float]], metric: str) -> list[tuple[float, float]]:
+    """(round, value) of ``metric``, leaving out rounds where it is undefined."""
+    count = _UNDEFINED_WHEN_ZERO.get(metric)
+    return [(r, m[metric]) for r, m in rows.items() if metric in m and not (count and m.get(count) == 0)]
+
+
+def band(rows: dict[int, dict[str, float]], prefix: str) -> list[tuple[float, float, float, float]]:
+    """(round, p10, p50, p90) of a metric logged as quantiles."""
+    keys = [f"{prefix}_p{q}" for q in (10, 50, 90)]
+    return [(r, *(m[k] for k in keys)) for r, m in rows.items() if all(k in m for k in keys)]
+
+
+def token_series(rows: dict[int, dict[str, float]], metric: str) -> list[tuple[float, float]]:
+    """(tokens generated by both roles so far, value of ``metric``) for the rounds that logged
+    ``metric`` and a token count."""
+    out = []
+    for m in rows.values():
+        counts = [m[k] for k in TOKENS if k in m]
+        if counts and metric in m:
+            out.append((sum(counts), m[metric]))
+    return out
 
 
 def load_records(path: Path) -> list[dict]:
@@ -97,194 +180,492 @@ def load_records(path: Path) -> list[dict]:
     return out
 
 
-_LEVELS_CACHE: dict[tuple[str, int, int], Counter] = {}
+@dataclass(frozen=True)
+class RoundDigest:
+    """What the page shows of one round's task log."""
+
+    proposals: int  # records in the file
+    levels: Counter  # accepted tasks per level
+    shown: list[dict]  # the sample of proposals listed
+    pool: int  # how many the sample was drawn from
 
 
-def accepted_levels(path: Path) -> Counter:
-    """Accepted tasks per level in one round's file. Cached by the file's identity: a page
-    rebuilt every round re-reads only the files that changed, not the whole run."""
+_DIGESTS: dict[str, tuple[tuple, RoundDigest]] = {}
+
+
+def round_digest(path: Path, limit: int = PROPOSALS_PER_ROUND) -> RoundDigest:
+    """The digest of one round's file. Cached by the file's identity: a page rebuilt every
+    round re-reads only the files that changed, not the whole run."""
     st = path.stat()
-    key = (str(path), st.st_mtime_ns, st.st_size)
-    if key not in _LEVELS_CACHE:
-        _LEVELS_CACHE[key] = Counter(rec["task"]["level"] for rec in load_records(path)
-                                     if rec.get("accepted") and isinstance(rec.get("task"), dict)
-                                     and "level" in rec["task"])
-    return _LEVELS_CACHE[key]
+    key = (st.st_mtime_ns, st.st_size, limit)
+    cached = _DIGESTS.get(str(path))
+    if cached is None or cached[0] != key:
+        recs = load_records(path)
+        levels = Counter(rec["task"]["level"] for rec in recs if rec.get("accepted")
+                         and isinstance(rec.get("task"), dict) and "level" in rec["task"])
+        # The fill phase has the verdicts; the challenger's update steps only when there is no fill.
+        pool = [rec for rec in recs if rec.get("phase") == "fill"] or recs
+        accepted = [rec for rec in pool if rec.get("accepted")][: limit // 2]
+        shown = accepted + [rec for rec in pool if not rec.get("accepted")][: limit - len(accepted)]
+        cached = _DIGESTS[str(path)] = (key, RoundDigest(len(recs), levels, shown, len(pool)))
+    return cached[1]
 
 
-# ----------------------------------------------------------------------------- page parts
+def _run_line(rd: RunDir) -> str:
+    """Environment and curriculum mode from the saved config, if readable."""
+    try:
+        cfg = yaml.safe_load(rd.config.read_text())
+        env, mode = cfg["env"], cfg["curriculum"]["mode"]
+        levels = (env.get("kwargs") or {}).get("num_levels")
+        return f"env {env['name']}" + (f" ({levels} levels)" if levels else "") + f", curriculum {mode}"
+    except (OSError, TypeError, KeyError, AttributeError, yaml.YAMLError):
+        return ""
+
+
+# ----------------------------------------------------------------------------- axes
+
+
+def nice_ticks(lo: float, hi: float, intervals: int = 7, integer: bool = False) -> list[float]:
+    """Round ticks covering [lo, hi]: the finest step of 1, 2 or 5 x 10^k (at least 1 when
+    ``integer``) that needs at most ``intervals`` intervals."""
+    if not hi > lo:
+        hi = lo + 1
+    power = 10 ** math.floor(math.log10((hi - lo) / intervals))
+    for step in (f * p for p in (power, power * 10) for f in (1, 2, 5)):
+        step = max(step, 1.0) if integer else step
+        first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+        if last - first <= intervals:
+            return [round(i * step, 12) for i in range(first, last + 1)]
+    raise AssertionError("unreachable: a step of 10^(k+1) always fits")
+
+
+def tick_labels(ticks: list[float]) -> list[str]:
+    """Ticks with just the decimals their step needs (0, 0.25, 0.5, ...); large ones in k or M."""
+    if not ticks:
+        return []
+    step = ticks[1] - ticks[0] if len(ticks) > 1 else 1.0
+    top = max(abs(t) for t in ticks)
+    scale, suffix = (1e9, "G") if top >= 1e9 else (1e6, "M") if top >= 1e6 else (1e3, "k") if top >= 1e4 else (1, "")
+    step /= scale
+    decimals = 0
+    while decimals < 9 and abs(step * 10 ** decimals - round(step * 10 ** decimals)) > 1e-6:
+        decimals += 1
+    out = []
+    for t in ticks:
+        text = f"{t / scale:.{decimals}f}"
+        text = text.rstrip("0").rstrip(".") if decimals else text
+        out.append("0" if float(text) == 0 else text + suffix)
+    return out
 
 
 def _fmt(v: float) -> str:
     return f"{v:.0f}" if abs(v) >= 100 else f"{v:.3g}"
 
 
-def line_chart(title: str, series: dict[str, list[tuple[int, float]]], width: int = 440, height: int = 220) -> str:
-    """An SVG line chart of ``series`` (label -> [(round, value)]); NaN/inf points and empty
-    series are left out."""
-    series = {k: pts for k, v in series.items() if (pts := [(x, y) for x, y in v if math.isfinite(y)])}
+@dataclass(frozen=True)
+class Axes:
+    """The plot area of a chart and its data ranges, with ticks."""
+
+    x_ticks: list[float]
+    y_ticks: list[float]
+    x_range: tuple[float, float]
+    width: int = 480
+    height: int = 270
+    left: int = 58
+    right: int = 16
+    top: int = 12
+    bottom: int = 44
+
+    @classmethod
+    def fit(cls, xs: list[float], ys: list[float], rate: bool, integer_y: bool) -> "Axes":
+        x0, x1 = min(xs), max(xs)
+        x_ticks = [t for t in nice_ticks(x0, x1, 8, integer=True) if x0 <= t <= x1]
+        # A single x (a run of one round): the point in the middle, one tick under it.
+        x_range = (x0 - 0.5, x1 + 0.5) if x1 == x0 else (x0, x1)
+        if rate and min(ys) >= 0 and max(ys) <= 1:
+            y_ticks = [0.0, 0.25, 0.5, 0.75, 1.0]
+        else:
+            y_ticks = nice_ticks(min(min(ys), 0.0), max(ys), 7, integer_y)
+        return cls(x_ticks, y_ticks, x_range)
+
+    def px(self, x: float, y: float) -> tuple[float, float]:
+        (x0, x1), (y0, y1) = self.x_range, (self.y_ticks[0], self.y_ticks[-1])
+        w, h = self.width - self.left - self.right, self.height - self.top - self.bottom
+        return self.left + (x - x0) / (x1 - x0) * w, self.top + (1 - (y - y0) / (y1 - y0)) * h
+
+    def frame(self, x_title: str, y_title: str) -> list[str]:
+        """Grid, ticks and axis titles."""
+        right, base = self.width - self.right, self.height - self.bottom
+        out = []
+        for y, label in zip(self.y_ticks, tick_labels(self.y_ticks)):
+            _, py = self.px(0, y)
+            out.append(f'<line x1="{self.left}" x2="{right}" y1="{py:.1f}" y2="{py:.1f}" class="grid"/>'
+                       f'<text x="{self.left - 6}" y="{py:.1f}" dy="0.35em" text-anchor="end" class="ytick">'
+                       f"{label}</text>")
+        for x, label in zip(self.x_ticks, tick_labels(self.x_ticks)):
+            qx, _ = self.px(x, 0)
+            out.append(f'<line x1="{qx:.1f}" x2="{qx:.1f}" y1="{base}" y2="{base + 4}" class="axis"/>'
+                       f'<text x="{qx:.1f}" y="{base + 17}" text-anchor="middle" class="xtick">{label}</text>')
+        mid_y = (self.top + base) / 2
+        out += [f'<line x1="{self.left}" x2="{right}" y1="{base}" y2="{base}" class="axis"/>',
+                f'<text x="{(self.left + right) / 2:.1f}" y="{self.height - 6}" text-anchor="middle" '
+                f'class="axis-title">{html.escape(x_title)}</text>',
+                f'<text transform="translate(13 {mid_y:.1f}) rotate(-90)" text-anchor="middle" '
+                f'class="axis-title">{html.escape(y_title)}</text>']
+        return out
+
+
+# ----------------------------------------------------------------------------- charts
+
+
+def _ramp(i: int, n: int) -> str:
+    """Colour ``i`` of ``n`` along the level ramp."""
+    t = i / max(1, n - 1) * (len(_RAMP) - 1)
+    a, b = _RAMP[int(t)], _RAMP[min(int(t) + 1, len(_RAMP) - 1)]
+    f = t - int(t)
+    return "#%02x%02x%02x" % tuple(round(a[k] + (b[k] - a[k]) * f) for k in range(3))
+
+
+def _finite(points: list[tuple]) -> list[tuple]:
+    return [p for p in points if all(math.isfinite(v) for v in p)]
+
+
+def _legend(labels: list[str], colors: list[str], band_labels: list[str], ramp: bool) -> str:
+    if ramp and len(labels) > 8:  # a gradient from the first level to the last
+        stops = ",".join(_ramp(i, 5) for i in range(5))
+        return (f"<div class='legend'><span>{html.escape(labels[0])}<i class='ramp' "
+                f"style='background:linear-gradient(90deg,{stops})'></i>{html.escape(labels[-1])}</span></div>")
+    items = [f"<span><i class='swatch-band' style='background:{c}'></i>{html.escape(k)}: median, "
+             "p10–p90 shaded</span>" for k, c in zip(band_labels, colors)]
+    items += [f"<span><i style='background:{c}'></i>{html.escape(k)}</span>"
+              for k, c in zip(labels, colors[len(band_labels):])]
+    return f"<div class='legend'>{''.join(items)}</div>"
+
+
+def line_chart(title: str, lines: dict[str, list[tuple[float, float]]], *, y_title: str = "", x_title: str = "round",
+               rate: bool = False, integer: bool = False, step: bool = False, ramp: bool = False,
+               bands: dict[str, list[tuple[float, float, float, float]]] | None = None,
+               x_span: tuple[float, float] | None = None) -> str:
+    """An SVG chart of ``lines`` (label -> [(x, y)]) and ``bands`` (label -> [(x, p10, p50, p90)]:
+    p10-p90 shaded, the median drawn). NaN/inf points and empty series are left out. ``rate``:
+    a 0..1 axis in quarters; ``integer``: whole y ticks; ``step``: each value held until the
+    next x; ``ramp``: the lines are ordered levels; ``x_span``: the x range to cover (the
+    page's rounds), if wider than the data's."""
+    lines = {k: pts for k, v in lines.items() if (pts := _finite(v))}
+    bands = {k: pts for k, v in (bands or {}).items() if (pts := _finite(v))}
     head = f"<figure><figcaption>{html.escape(title)}</figcaption>"
-    if not series:
-        return head + "<p class='none'>not logged yet</p></figure>"
-    xs = [x for pts in series.values() for x, _ in pts]
-    ys = [y for pts in series.values() for _, y in pts]
-    x0, x1 = min(xs), max(max(xs), min(xs) + 1)
-    y0, y1 = min(min(ys), 0.0), max(ys)
-    y1 = y1 if y1 > y0 else y0 + 1
-    left, right, top, bottom = 46, 10, 10, 24
-    w, h = width - left - right, height - top - bottom
-
-    def px(x: float, y: float) -> tuple[float, float]:
-        return left + (x - x0) / (x1 - x0) * w, top + (1 - (y - y0) / (y1 - y0)) * h
-
-    parts = [f'<svg viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img">']
-    for i in range(5):  # horizontal grid and y labels
-        y = y0 + (y1 - y0) * i / 4
-        _, py = px(x0, y)
-        parts.append(f'<line x1="{left}" x2="{left + w}" y1="{py:.1f}" y2="{py:.1f}" class="grid" />'
-                     f'<text x="{left - 4}" y="{py + 4:.1f}" text-anchor="end">{_fmt(y)}</text>')
-    step = max(1, round((x1 - x0) / 8))
-    for x in range(int(x0), int(x1) + 1, step):
-        qx, _ = px(x, y0)
-        parts.append(f'<text x="{qx:.1f}" y="{height - 6}" text-anchor="middle">{x}</text>')
-    for i, (label, pts) in enumerate(series.items()):
-        color = _PALETTE[i % len(_PALETTE)]
-        coords = " ".join("%.1f,%.1f" % px(x, y) for x, y in pts)
-        parts.append(f'<polyline points="{coords}" stroke="{color}" class="line"><title>{html.escape(label)}</title></polyline>')
-        parts += [f'<circle cx="{px(x, y)[0]:.1f}" cy="{px(x, y)[1]:.1f}" r="2.5" fill="{color}">'
-                  f'<title>{html.escape(label)}, round {x}: {y:.4g}</title></circle>' for x, y in pts]
+    if not lines and not bands:
+        return head + "<p class='none empty'>no data yet</p></figure>"
+    xs = [p[0] for pts in [*lines.values(), *bands.values()] for p in pts] + list(x_span or [])
+    ys = [y for pts in lines.values() for _, y in pts] + [v for pts in bands.values() for p in pts for v in p[1:]]
+    ax = Axes.fit(xs, ys, rate, integer)
+    colors = ([_ramp(i, len(lines)) for i in range(len(lines))] if ramp
+              else [_PALETTE[i % len(_PALETTE)] for i in range(len(bands) + len(lines))])
+    dots = sum(map(len, lines.values())) + sum(map(len, bands.values())) <= 400  # hover targets, if not too many
+    parts = [f'<svg viewBox="0 0 {ax.width} {ax.height}" role="img" aria-label="{html.escape(title)}">',
+             *ax.frame(x_title, y_title)]
+    for (label, pts), color in zip(bands.items(), colors):
+        parts.append(_band(ax, label, pts, color, x_title, dots))
+    for (label, pts), color in zip(lines.items(), colors[len(bands):]):
+        parts.append(_line(ax, label, pts, color, x_title, step, dots))
     parts.append("</svg>")
-    legend = "".join(f'<span><i style="background:{_PALETTE[i % len(_PALETTE)]}"></i>{html.escape(k)}</span>'
-                     for i, k in enumerate(series))
-    return head + "".join(parts) + f"<div class='legend'>{legend}</div></figure>"
+    return head + "".join(parts) + _legend(list(lines), colors, list(bands), ramp) + "</figure>"
+
+
+def _tip(x_title: str, x: float) -> str:
+    return f"{x_title} {x:.0f}" if x_title == "round" else f"{x_title}: {_fmt(x)}"
+
+
+def _line(ax: Axes, label: str, pts: list[tuple[float, float]], color: str, x_title: str, step: bool,
+          dots: bool) -> str:
+    path = [q for a, b in zip(pts, pts[1:]) for q in (a, (b[0], a[1]))] + pts[-1:] if step else pts
+    coords = " ".join("%.1f,%.1f" % ax.px(x, y) for x, y in path)
+    out = [f'<polyline points="{coords}" stroke="{color}" class="line"><title>{html.escape(label)}</title></polyline>']
+    if dots:
+        out += [f'<circle cx="{ax.px(x, y)[0]:.1f}" cy="{ax.px(x, y)[1]:.1f}" r="2.5" fill="{color}">'
+                f'<title>{html.escape(label)}, {_tip(x_title, x)}: {y:.4g}</title></circle>' for x, y in pts]
+    return "".join(out)
+
+
+def _band(ax: Axes, label: str, pts: list[tuple[float, float, float, float]], color: str, x_title: str,
+          dots: bool) -> str:
+    upper, lower = [ax.px(x, hi) for x, _, _, hi in pts], [ax.px(x, lo) for x, lo, _, _ in pts]
+    area, top, bottom = (" ".join("%.1f,%.1f" % p for p in edge) for edge in (upper + lower[::-1], upper, lower))
+    # Dashed edges keep two overlapping bands apart where their fills mix.
+    out = [f'<polygon points="{area}" fill="{color}" class="band"><title>{html.escape(label)} p10–p90</title>'
+           "</polygon>",
+           *(f'<polyline points="{edge}" stroke="{color}" class="edge"/>' for edge in (top, bottom)),
+           _line(ax, f"{label} (median)", [(x, mid) for x, _, mid, _ in pts], color, x_title, False, False)]
+    if dots:
+        out += [f'<circle cx="{ax.px(x, mid)[0]:.1f}" cy="{ax.px(x, mid)[1]:.1f}" r="2.5" fill="{color}">'
+                f"<title>{html.escape(label)}, {_tip(x_title, x)}: median {mid:.3g} (p10 {lo:.3g}, p90 {hi:.3g})"
+                "</title></circle>" for x, lo, mid, hi in pts]
+    return "".join(out)
+
+
+# ----------------------------------------------------------------------------- tables
 
 
 def _table(header: list[str], rows: list[list[str]], cls: str = "") -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in header)
     body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f"<table class='{cls}'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>"
+    return f"<div class='scroll'><table class='{cls}'><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>"
+
+
+def columns(rows: dict[int, dict[str, float]]) -> list[tuple[str, str]]:
+    """The ``COLUMNS`` logged in at least one round."""
+    return [(k, name) for k, name in COLUMNS if any(k in m for m in rows.values())]
 
 
 def _round_table(rows: dict[int, dict[str, float]]) -> str:
-    cols = COLUMNS + [(t, t.replace("eval/accuracy/", "")) for t in tiers(rows)]
+    cols = columns(rows)
     body = [[str(r)] + [_fmt(m[k]) if k in m else "" for k, _ in cols] for r, m in rows.items()]
     return _table(["round"] + [name for _, name in cols], body, "num")
 
 
-def _level_table(files: dict[int, Path]) -> str:
+def _shade(share: float) -> str:
+    """A cell's colour for a share in [0, 1]; white text on the dark end."""
+    share = min(1.0, max(0.0, share))
+    return f"background:rgba(31,119,180,{share:.2f})" + (";color:#fff" if share > 0.55 else "")
+
+
+def _heatmap(rows: dict[int, dict[str, float]], metric: str) -> str:
+    """``metric`` per level (rows) and round (columns), in percent, shaded: every level readable
+    where a chart of 25 lines is not."""
+    keys = tiers(rows, metric)
+    rounds = [r for r, m in rows.items() if any(k in m for k in keys)]
+    body = [[f"<b>{_level(k)}</b>"] + [f"<span style='{_shade(rows[r][k])}'>{rows[r][k] * 100:.0f}</span>"
+                                       if k in rows[r] and math.isfinite(rows[r][k]) else "" for r in rounds]
+            for k in keys]
+    return _table(["level \\ round"] + [str(r) for r in rounds], body, "num heat")
+
+
+def _level_table(digests: dict[int, RoundDigest]) -> str:
     """Accepted tasks per level and round: the curriculum's shape, shaded by share."""
-    counts = {r: accepted_levels(path) for r, path in files.items()}
-    levels = sorted({lv for c in counts.values() for lv in c})
+    levels = sorted({lv for d in digests.values() for lv in d.levels})
     if not levels:
         return "<p class='none'>no task accepted yet</p>"
     body = []
-    for r, c in counts.items():
-        total = sum(c.values()) or 1
-        cells = [f"<span style='background:rgba(31,119,180,{c[lv] / total:.2f})'>{c[lv]}</span>" if c[lv] else ""
+    for r, d in digests.items():
+        total = sum(d.levels.values())
+        cells = [f"<span style='{_shade(d.levels[lv] / total)}'>{d.levels[lv]}</span>" if d.levels[lv] else ""
                  for lv in levels]
-        body.append([str(r)] + cells + [str(sum(c.values()))])
-    return _table(["round"] + [f"level {lv}" for lv in levels] + ["total"], body, "num levels")
+        body.append([str(r)] + cells + [str(total)])
+    return _table(["round"] + [f"level {lv}" for lv in levels] + ["total"], body, "num heat")
 
 
-def _proposal_table(recs: list[dict], limit: int) -> str:
-    fill = [rec for rec in recs if rec.get("phase") == "fill"] or recs
-    accepted = [rec for rec in fill if rec.get("accepted")][: limit // 2]
-    fill = accepted + [rec for rec in fill if not rec.get("accepted")][: limit - len(accepted)]
-    if not fill:
-        return "<p class='none'>no proposals yet</p>"
+def _verdict(rec: dict) -> tuple[str, str]:
+    """(text, row class) of a proposal's verdict."""
+    if rec.get("rejected"):
+        return f"rejected: {rec['rejected']}", "rejected"
+    if rec.get("accepted"):
+        return "accepted", "accepted"
+    if rec.get("accepted") is False:
+        return "outside the band", ""
+    return "valid", ""  # a challenger update step: scored, not judged for the pool
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… (+{len(text) - limit} chars)"
+
+
+def _proposal_table(d: RoundDigest) -> str:
+    if not d.shown:
+        return "<p class='none'>no proposals</p>"
     rows = []
-    for rec in fill:
-        verdict = "accepted" if rec.get("accepted") else (f"rejected: {rec['rejected']}" if rec.get("rejected")
-                                                          else "outside the band")
-        rate = rec.get("solve_rate")
-        rows.append([f"<code>{html.escape(str(rec.get('text', '')))}</code>", html.escape(verdict),
-                     "" if rate is None else _fmt(rate)])
-    return _table(["proposal (model-written)", "verdict", "solve rate"], rows)
+    for rec in d.shown:
+        verdict, cls = _verdict(rec)
+        task, rate = rec.get("task"), rec.get("solve_rate")
+        level = task.get("level", "") if isinstance(task, dict) else ""
+        rows.append(f"<tr class='{cls}'><td><code>{html.escape(_clip(str(rec.get('text', ''))))}</code></td>"
+                    f"<td>{html.escape(str(level))}</td><td>{html.escape(verdict)}</td>"
+                    f"<td>{'' if not isinstance(rate, (int, float)) else _fmt(rate)}</td></tr>")
+    head = "<tr><th>proposal (model-written)</th><th>level</th><th>verdict</th><th>solve rate</th></tr>"
+    return f"<table class='proposals'><thead>{head}</thead><tbody>{''.join(rows)}</tbody></table>"
+
+
+def _round_selector(digests: dict[int, RoundDigest]) -> str:
+    """One collapsible block per round, newest first and open: browsable with no script."""
+    if not digests:
+        return "<p class='none'>none yet</p>"
+    newest = max(digests)
+    out = []
+    for r in sorted(digests, reverse=True):
+        d = digests[r]
+        accepted = sum(d.levels.values())
+        levels = f", levels {min(d.levels)}–{max(d.levels)}" if d.levels else ""
+        shown = f"showing {len(d.shown)} of {d.pool}" + (" (accepted first)" if accepted else "")
+        out.append(f"<details id='round-{r}'{' open' if r == newest else ''}><summary>Round {r}"
+                   f"<span class='meta'> — {d.proposals} proposals, {accepted} accepted{levels}; {shown}</span>"
+                   f"</summary>{_proposal_table(d)}</details>")
+    return "".join(out)
+
+
+# ----------------------------------------------------------------------------- pages
 
 
 _STYLE = """
-body{font:14px system-ui,sans-serif;margin:20px;color:#222}
-h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px}
-.meta{color:#555} .none{color:#888}
-.charts{display:flex;flex-wrap:wrap;gap:16px} figure{margin:0;border:1px solid #ddd;padding:8px}
-figcaption{font-weight:600;margin-bottom:4px} svg text{font-size:10px;fill:#555}
-.grid{stroke:#eee} .line{fill:none;stroke-width:1.8}
-.legend span{margin-right:10px;font-size:12px} .legend i{display:inline-block;width:10px;height:10px;margin-right:4px}
-table{border-collapse:collapse;font-size:13px} td,th{border:1px solid #ddd;padding:3px 6px}
-table.num td{text-align:right} code{white-space:pre-wrap;word-break:break-all}
-.levels span{display:block;padding:0 4px}
+*{box-sizing:border-box}
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;padding:18px 24px 40px;
+  color:#1d2330;background:#f5f6f8}
+h1{font-size:20px;margin:0 0 4px;word-break:break-all} h2{font-size:16px;margin:28px 0 10px;padding-bottom:4px;
+  border-bottom:1px solid #d9dde3} h3{font-size:14px;margin:16px 0 6px}
+.meta{color:#5b6472;font-weight:400;margin:2px 0} .none{color:#8a929e}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(400px,1fr));gap:14px}
+figure{margin:0;background:#fff;border:1px solid #d9dde3;border-radius:6px;padding:10px 12px 8px;min-width:0}
+figcaption{font-weight:600;margin-bottom:2px} figure svg{display:block;width:100%;height:auto}
+svg text{font-size:11px;fill:#5b6472} svg .axis-title{font-size:11.5px;fill:#2f3542}
+.grid{stroke:#e9ecf0} .axis{stroke:#98a1ad} .line{fill:none;stroke-width:2;stroke-linejoin:round}
+.band{fill-opacity:.14} .edge{fill:none;stroke-width:1;stroke-dasharray:3 3;stroke-opacity:.8}
+.empty{margin:70px 0;text-align:center}
+.legend{display:flex;flex-wrap:wrap;gap:2px 14px;font-size:12px;color:#2f3542;margin-top:2px}
+.legend i{display:inline-block;width:16px;height:3px;vertical-align:middle;margin-right:5px}
+.legend i.swatch-band{height:10px;opacity:.45} .legend i.ramp{width:110px;height:8px;margin:0 6px}
+.scroll{overflow-x:auto;max-width:100%}
+table{border-collapse:collapse;font-size:12.5px;background:#fff}
+td,th{border:1px solid #e1e4e9;padding:3px 7px} th{background:#eef0f3;font-weight:600;white-space:nowrap}
+table.num td{text-align:right;font-variant-numeric:tabular-nums}
+table.heat td{padding:0} table.heat td span,table.heat td b{display:block;padding:3px 6px;min-width:30px}
+details{background:#fff;border:1px solid #d9dde3;border-radius:6px;margin:6px 0}
+summary{cursor:pointer;padding:6px 10px;font-weight:600} details[open] summary{border-bottom:1px solid #e1e4e9}
+table.proposals{width:100%;border:0} table.proposals td:first-child{width:70%}
+tr.accepted td{background:#eef8ee} tr.rejected td{color:#6b7280}
+code{white-space:pre-wrap;word-break:break-all;font-size:12px}
 """
 
 
 def _page(title: str, body: list[str], refresh_s: int) -> str:
     refresh = f'<meta http-equiv="refresh" content="{refresh_s}">' if refresh_s > 0 else ""
-    return "".join([f"<!doctype html><html><head><meta charset='utf-8'>{refresh}<title>{html.escape(title)}</title>",
-                    f"<style>{_STYLE}</style></head><body>", *body, "</body></html>"])
+    return "".join([f"<!doctype html><html lang='en'><head><meta charset='utf-8'>{refresh}",
+                    "<meta name='viewport' content='width=device-width,initial-scale=1'>",
+                    f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>", *body,
+                    "</body></html>"])
 
 
-def render(run_dir: Path, refresh_s: int = 0, proposals: int = 20) -> str:
-    """The dashboard page of ``run_dir`` as HTML."""
-    from curriculum.rundir import run_status
+def _charts(charts: list[str]) -> str:
+    return "<div class='charts'>" + "".join(charts) + "</div>"
 
-    run_dir = Path(run_dir)
-    rows = per_round(run_dir / "metrics.jsonl")
-    files = task_files(run_dir)
-    status = run_status(run_dir)
 
-    def series(metric: str) -> list[tuple[int, float]]:
-        return [(r, m[metric]) for r, m in rows.items() if metric in m]
+def _chart(spec: Chart, rows: dict[int, dict[str, float]], span: tuple[float, float] | None) -> str:
+    """``spec`` over the run's rounds; "" for an optional chart with nothing logged."""
+    lines = {label: series(rows, k) for k, label in spec.lines}
+    bands = {label: band(rows, prefix) for prefix, label in spec.bands}
+    if spec.optional and not any([*lines.values(), *bands.values()]):
+        return ""
+    return line_chart(spec.title, lines, y_title=spec.y_title, rate=spec.rate, integer=spec.integer, step=spec.step,
+                      bands=bands, x_span=span)
 
-    charts = []
-    for title, metrics in CHARTS:
-        lines = {label: series(k) for k, label in metrics}
-        if title == "Held-out accuracy":
-            lines.update({f"level {t.rsplit('_', 1)[1]}": series(t) for t in tiers(rows)})
-        charts.append(line_chart(title, lines))
-    done = "finished" if status.get("finished") else "in progress"
-    meta = (f"round {status.get('round', '?')} of {status.get('rounds', '?')}, {done}; newest checkpoint: "
-            f"{html.escape(str(status.get('checkpoint')))}")
+
+def _tier_charts(rows: dict[int, dict[str, float]], span: tuple[float, float] | None) -> list[str]:
+    """One line per level, coloured along the ramp, for greedy accuracy and mean@k."""
+    out = []
+    for metric, name in (("eval/accuracy", "Greedy accuracy per level"), ("eval/mean_at_k", "mean@k per level")):
+        keys = tiers(rows, metric)
+        if keys:
+            out.append(line_chart(name, {f"level {_level(k)}": series(rows, k) for k in keys}, y_title="accuracy",
+                                  rate=True, ramp=True, x_span=span))
+    return out
+
+
+def _heatmaps(rows: dict[int, dict[str, float]]) -> list[str]:
+    return [f"<h3>{title}, % by level and round</h3>" + _heatmap(rows, metric)
+            for metric, title in (("eval/accuracy", "Greedy accuracy"), ("eval/mean_at_k", "mean@k"))
+            if tiers(rows, metric)]
+
+
+def _header(rd: RunDir) -> str:
+    status = run_status(rd)
     if "error" in status:
         meta = "cannot read the run: " + html.escape(status["error"])
-    latest = max(files) if files else None
-    return _page(f"{run_dir.name}: self-play curriculum", [
-        f"<h1>{html.escape(str(run_dir))}</h1><p class='meta'>{meta}</p>",
-        "<h2>Curves, per round</h2><div class='charts'>", *charts, "</div>",
-        "<h2>Accepted tasks by level</h2><p class='meta'>Fill-phase proposals inside the band, before "
-        "de-duplication against the pool; shaded by their share of the round.</p>", _level_table(files),
-        "<h2>Per round</h2>", _round_table(rows) if rows else "<p class='none'>no metrics yet</p>",
-        f"<h2>Proposals of round {latest}</h2>" if latest is not None else "<h2>Proposals</h2>",
-        _proposal_table(load_records(files[latest]), proposals) if latest is not None
-        else "<p class='none'>none yet</p>",
-    ], refresh_s)
+    else:
+        done = "finished" if status.get("finished") else "in progress"
+        meta = (f"round {status.get('round', '?')} of {status.get('rounds', '?')}, {done}; newest checkpoint: "
+                f"{html.escape(str(status.get('checkpoint')))}")
+    what = _run_line(rd)
+    return (f"<h1>{html.escape(str(rd.path))}</h1><p class='meta'>{meta}</p>"
+            + (f"<p class='meta'>{html.escape(what)}</p>" if what else ""))
+
+
+def render(run_dir: Path, refresh_s: int = 0, proposals: int = PROPOSALS_PER_ROUND) -> str:
+    """The dashboard page of ``run_dir`` as HTML."""
+    rd = RunDir(run_dir)
+    rows = per_round(rd.metrics)
+    span = (min(rows), max(rows)) if rows else None
+    digests = {r: round_digest(path, proposals) for r, path in rd.task_files().items()}
+
+    def charts(specs: list[Chart]) -> list[str]:
+        return [_chart(spec, rows, span) for spec in specs]
+
+    bench = charts(BENCHMARK)
+    body = [_header(rd),
+            "<h2>Held-out benchmark</h2>", _charts(bench[:1] + _tier_charts(rows, span) + bench[1:]), *_heatmaps(rows),
+            "<h2>Curriculum</h2>", _charts(charts(CURRICULUM)),
+            "<h3>Accepted tasks by level</h3><p class='meta'>Fill-phase proposals inside the band, before "
+            "de-duplication against the pool; shaded by their share of the round.</p>", _level_table(digests),
+            "<h2>Training</h2>", _charts(charts(TRAINING)),
+            "<h2>Per round</h2>", _round_table(rows) if rows else "<p class='none'>no metrics yet</p>",
+            f"<h2>Proposals by round</h2><p class='meta'>Up to {proposals} fill-phase proposals per round, "
+            "accepted first; open a round to see its own.</p>", _round_selector(digests)]
+    return _page(f"{rd.path.name}: self-play curriculum", body, refresh_s)
+
+
+def _names(run_dirs: list[Path]) -> list[str]:
+    """Directory names, or whole paths where two runs share a name."""
+    short = [d.name for d in run_dirs]
+    return short if len(set(short)) == len(short) else [str(d) for d in run_dirs]
+
+
+def _compare_table(runs: dict[str, dict[int, dict[str, float]]]) -> str:
+    levels = sorted({t for rows in runs.values() for t in tiers(rows)}, key=_level)
+    extra = [(k, name) for k, name in (("eval/mean_at_k", "mean@k, last"), ("eval/frontier_level", "frontier, last"))
+             if any(k in m for rows in runs.values() for m in rows.values())]
+    body = []
+    for name, rows in runs.items():
+        evals = [r for r, m in rows.items() if "eval/accuracy" in m]
+        if not evals:
+            body.append([html.escape(name), "", "", "", ""] + [""] * (len(extra) + len(levels)))
+            continue
+        first, last = rows[evals[0]], rows[evals[-1]]
+        gain = last["eval/accuracy"] - first["eval/accuracy"]
+        later = [k for k, _ in extra] + levels
+        body.append([html.escape(name), str(evals[-1]), _fmt(first["eval/accuracy"]), _fmt(last["eval/accuracy"]),
+                     f"{gain:+.3f}"] + [_fmt(last[k]) if k in last else "" for k in later])
+    header = (["run", "last round", "accuracy, round 0", "accuracy, last", "change"] + [name for _, name in extra]
+              + [f"level {_level(t)}, last" for t in levels])
+    return _table(header, body, "num")
+
+
+def _token_charts(runs: dict[str, dict[int, dict[str, float]]]) -> list[str]:
+    """Held-out accuracy against the tokens both roles generated: runs compared at equal compute."""
+    out = []
+    for metric, title in (("eval/accuracy", "Greedy accuracy"), ("eval/mean_at_k", "mean@k")):
+        lines = {name: token_series(rows, metric) for name, rows in runs.items()}
+        if any(lines.values()):
+            out.append(line_chart(f"{title} against generated tokens", lines, y_title="accuracy",
+                                  x_title="tokens generated (challenger + solver)", rate=True,
+                                  x_span=(0, 0)))  # from no tokens at all
+    return out
 
 
 def render_compare(run_dirs: list[Path], refresh_s: int = 0) -> str:
     """One page over several runs (say self-play against the uniform baseline): their curves
     overlaid, and held-out accuracy at round 0 and at the last round, overall and per level."""
     run_dirs = [Path(d) for d in run_dirs]
-    short = [d.name for d in run_dirs]
-    names = short if len(set(short)) == len(short) else [str(d) for d in run_dirs]
-    runs = {name: per_round(d / "metrics.jsonl") for name, d in zip(names, run_dirs)}
-    charts = [line_chart(title, {name: [(r, m[k]) for r, m in rows.items() if k in m] for name, rows in runs.items()})
-              for title, k in COMPARE]
-    levels = sorted({t for rows in runs.values() for t in tiers(rows)}, key=lambda k: int(k.rsplit("_", 1)[1]))
-    body = []
-    for name, rows in runs.items():
-        evals = [r for r, m in rows.items() if "eval/accuracy" in m]
-        if not evals:
-            body.append([html.escape(name), "", "", "", ""] + [""] * len(levels))
-            continue
-        first, last = rows[evals[0]], rows[evals[-1]]
-        gain = last["eval/accuracy"] - first["eval/accuracy"]
-        body.append([html.escape(name), str(evals[-1]), _fmt(first["eval/accuracy"]), _fmt(last["eval/accuracy"]),
-                     f"{gain:+.3f}"] + [_fmt(last[t]) if t in last else "" for t in levels])
-    header = ["run", "last round", "accuracy, round 0", "accuracy, last", "change"] + [
-        f"level {t.rsplit('_', 1)[1]}, last" for t in levels]
-    return _page("compare: " + ", ".join(names), [
+    runs = {name: per_round(RunDir(d).metrics) for name, d in zip(_names(run_dirs), run_dirs)}
+    rounds = [r for rows in runs.values() for r in rows]
+    span = (min(rounds), max(rounds)) if rounds else None
+    charts = []
+    for spec in COMPARE:
+        metric = spec.lines[0][0]
+        lines = {name: series(rows, metric) for name, rows in runs.items()}
+        if not (spec.optional and not any(lines.values())):
+            charts.append(line_chart(spec.title, lines, y_title=spec.y_title, rate=spec.rate, integer=spec.integer,
+                                     step=spec.step, x_span=span))
+    return _page("compare: " + ", ".join(runs), [
         "<h1>Runs compared</h1>",
         f"<p class='meta'>{html.escape(', '.join(str(d) for d in run_dirs))}</p>",
-        "<h2>Held-out accuracy</h2>", _table(header, body, "num"),
-        "<h2>Curves, per round</h2><div class='charts'>", *charts, "</div>",
+        "<h2>Held-out accuracy</h2>", _compare_table(runs),
+        "<h2>Curves, per round</h2>", _charts(charts[:1] + _token_charts(runs) + charts[1:]),
     ], refresh_s)
 
 
@@ -300,7 +681,7 @@ def write(run_dir: Path | list[Path], out: Path | None = None) -> Path:
     """Write the page of one run (default ``RUN_DIR/dashboard.html``), or the comparison of
     several (default ``compare.html``), atomically; return its path."""
     run_dirs = _dirs(run_dir)
-    default = run_dirs[0] / "dashboard.html" if len(run_dirs) == 1 else Path("compare.html")
+    default = RunDir(run_dirs[0]).dashboard if len(run_dirs) == 1 else Path("compare.html")
     out = Path(out) if out else default
     atomic_write(out, _render_any(run_dirs))
     return out
@@ -310,7 +691,7 @@ def serve(run_dir: Path | list[Path], port: int = 8000, host: str = "127.0.0.1",
           refresh_s: int = 30) -> http.server.HTTPServer:
     """An HTTP server whose ``/`` renders the page (of one run, or comparing several) afresh on
     every request and reloads itself every ``refresh_s``; call ``serve_forever()`` on it.
-    Binds to localhost by default."""
+    Binds to localhost by default. A port that cannot be bound raises ``RuntimeError``."""
     run_dirs = _dirs(run_dir)
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -328,4 +709,10 @@ def serve(run_dir: Path | list[Path], port: int = 8000, host: str = "127.0.0.1",
         def log_message(self, fmt, *args):
             log.debug("dashboard: " + fmt, *args)
 
-    return http.server.ThreadingHTTPServer((host, port), Handler)
+    try:
+        return http.server.ThreadingHTTPServer((host, port), Handler)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise RuntimeError(f"port {port} is in use; pick another with --port") from exc
+        raise RuntimeError(f"cannot serve on {host}:{port} ({exc.strerror or exc}); pick another with --port "
+                           "or --host") from exc
