@@ -80,8 +80,8 @@ class Challenger:
         """gate x (frontier(p) - coef x repetition); ``proposals`` must be probed. Returns (reward_b, stats)."""
         valid_b = torch.tensor([p.valid for p in proposals], dtype=torch.bool)
         p_b = torch.tensor([p.solve_rate if p.valid else 0.0 for p in proposals], dtype=torch.float32)
-        rep_b = repetition_penalty([p.task.text if p.valid else p.completion.text for p in proposals],
-                                   self.repetition_threshold)
+        rep_b = repetition_penalty([p.task.text if p.valid else "" for p in proposals],
+                                   self.repetition_threshold, valid=valid_b.tolist())
         reward_b, stats = challenger_rewards(valid_b, p_b, rep_b, frontier=self.frontier,
                                              repetition_coef=self.repetition_coef, invalid_reward=self.invalid_reward)
         stats.update(proposal_stats(proposals))
