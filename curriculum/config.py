@@ -75,6 +75,9 @@ class WarmupConfig:
     solver_max_level: int = 3
     # Share of warm-up examples that teach the challenger's proposal format.
     challenger_fraction: float = 0.5
+    # torch threads of the warm-up, whatever run.threads says: the warmed-up model (and the cache
+    # entry) depends on the thread count, so one seed gives one starting model on any machine.
+    threads: int = 1
     # Directory caching warmed-up models by config hash; empty string disables the cache.
     cache_dir: str = "~/.cache/selfplay"
 
@@ -171,10 +174,21 @@ class RewardConfig:
 
 @dataclass
 class CurriculumConfig:
-    # selfplay (challenger proposes) or uniform (baseline: tasks from the generator, no challenger).
+    # Where the solver's tasks come from: selfplay (the challenger's proposals, probed into a pool),
+    # uniform (the generator, levels drawn uniformly), uniform_filtered (uniform, oversampled; groups whose
+    # answers all score the same are dropped and refilled, as DAPO) or adaptive (no challenger: levels drawn
+    # with weight p(1-p) from a running per-level solve rate).
     mode: str = "selfplay"
     # Solver samples per task when probing (m).
     probe_samples: int = 8
+    # Up to this many samples for a task whose band decision is uncertain after probe_samples
+    # (p within 1.5 standard errors of band_low or band_high); 0 = never more.
+    probe_samples_max: int = 0
+    # Sampling temperature of probing; 0 = the solver's training temperature (solver.sampling.temperature).
+    probe_temperature: float = 0.0
+    # Reference tasks in each challenger prompt (drawn per group from the pool; the generator's level-1
+    # tasks while the pool is empty); 0 = the environment's plain prompt.
+    references: int = 0
     # Fresh proposals generated to fill the pool each round.
     fill_proposals: int = 128
     # Lowest solve rate admitted to the pool.
@@ -187,6 +201,12 @@ class CurriculumConfig:
     max_age: int = 3
     # How the solver's batches are drawn from the pool: frontier or uniform.
     sampler: str = "frontier"
+    # Highest level the generator arms (uniform, uniform_filtered, adaptive) draw; 0 = every level.
+    max_level: int = 0
+    # uniform_filtered: most batches of tasks drawn per solver step before training on what was kept.
+    filter_max_batches: int = 4
+    # adaptive: weight every level keeps on top of p(1-p), so closed levels are revisited.
+    adaptive_floor: float = 0.02
 
 
 @dataclass
@@ -203,10 +223,14 @@ class EvalConfig:
     per_level: int = 40
     # Longest answer in tokens.
     max_new_tokens: int = 16
-    # Sampling temperature of the held-out eval; 0 = greedy decoding.
-    temperature: float = 0.0
-    # Samples per held-out task; accuracy is their mean (mean@k). Must be 1 when greedy.
-    samples: int = 1
+    # Score greedy answers: eval/accuracy and eval/accuracy/tier_L.
+    greedy: bool = True
+    # Sampled answers per held-out task: mean@k in eval/mean_at_k and eval/mean_at_k/tier_L; 0 = none.
+    samples: int = 0
+    # Sampling temperature of those answers (set it to solver.sampling.temperature to measure what GRPO trains).
+    temperature: float = 1.0
+    # Score every N rounds (round 0 and the last round always).
+    every: int = 1
 
 
 @dataclass
@@ -280,6 +304,9 @@ class Config:
     rl: RLConfig = field(default_factory=RLConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
+
+# Where the solver's tasks come from (curriculum.mode).
+MODES = ("selfplay", "uniform", "uniform_filtered", "adaptive")
 
 # Keys whose values are free-form mappings (their sub-keys are not checked here).
 _FREE_KEYS = {"env.kwargs"}
@@ -457,7 +484,7 @@ def validate(cfg: Config) -> None:
     need(cfg.train.rounds >= 1, f"train.rounds ({cfg.train.rounds}) must be >= 1")
     need(cfg.env.name in ENVIRONMENTS, f"env.name {cfg.env.name!r} is not registered; choose from {sorted(ENVIRONMENTS)}")
     need(cfg.reward.frontier in FRONTIER_REWARDS, f"reward.frontier {cfg.reward.frontier!r}; choose from {sorted(FRONTIER_REWARDS)}")
-    need(cfg.curriculum.mode in ("selfplay", "uniform"), f"curriculum.mode {cfg.curriculum.mode!r}; choose selfplay or uniform")
+    need(cfg.curriculum.mode in MODES, f"curriculum.mode {cfg.curriculum.mode!r}; choose from {', '.join(MODES)}")
     need(cfg.curriculum.sampler in SAMPLERS, f"curriculum.sampler {cfg.curriculum.sampler!r}; choose from {sorted(SAMPLERS)}")
     lo, hi = cfg.curriculum.band_low, cfg.curriculum.band_high
     need(0.0 <= lo <= hi <= 1.0, f"curriculum.band_low ({lo}) <= curriculum.band_high ({hi}) must lie in [0, 1]")
@@ -469,10 +496,18 @@ def validate(cfg: Config) -> None:
     need(not (cfg.rl.backend == "triton" and cfg.run.device == "cpu"),
          "rl.backend=triton needs run.device=cuda (on a CPU use rl.backend=auto or torch)")
     need(cfg.wandb.mode in ("offline", "online", "disabled"), f"wandb.mode {cfg.wandb.mode!r}; choose offline, online or disabled")
-    need(cfg.eval.temperature >= 0 and cfg.eval.samples >= 1,
-         f"eval.temperature ({cfg.eval.temperature}) must be >= 0 and eval.samples ({cfg.eval.samples}) >= 1")
-    need(cfg.eval.temperature > 0 or cfg.eval.samples == 1,
-         f"eval.samples ({cfg.eval.samples}) > 1 needs eval.temperature > 0: greedy samples are all the same")
+    ec = cfg.eval
+    need(ec.samples >= 0 and ec.every >= 1, f"eval.samples ({ec.samples}) must be >= 0 and eval.every ({ec.every}) >= 1")
+    need(ec.greedy or ec.samples > 0, "eval.greedy=false and eval.samples=0 leave nothing to evaluate")
+    need(ec.samples == 0 or ec.temperature > 0,
+         f"eval.samples ({ec.samples}) > 0 needs eval.temperature > 0 (got {ec.temperature}): greedy samples are all the same")
+    cc = cfg.curriculum
+    need(cc.probe_samples_max == 0 or cc.probe_samples_max > cc.probe_samples,
+         f"curriculum.probe_samples_max ({cc.probe_samples_max}) must be 0 or more than curriculum.probe_samples ({cc.probe_samples})")
+    need(cc.probe_temperature >= 0, f"curriculum.probe_temperature ({cc.probe_temperature}) must be >= 0 (0 = solver.sampling.temperature)")
+    need(cc.references >= 0 and cc.max_level >= 0 and cc.filter_max_batches >= 1 and cc.adaptive_floor >= 0,
+         f"curriculum.references ({cc.references}), max_level ({cc.max_level}) and adaptive_floor ({cc.adaptive_floor}) "
+         f"must be >= 0 and filter_max_batches ({cc.filter_max_batches}) >= 1")
     need(cfg.checkpoint.every_steps >= 0, f"checkpoint.every_steps ({cfg.checkpoint.every_steps}) must be >= 0")
     need(cfg.checkpoint.keep_last >= 1, f"checkpoint.keep_last ({cfg.checkpoint.keep_last}) must be >= 1")
     for role in ("challenger", "solver"):
@@ -496,6 +531,7 @@ def validate(cfg: Config) -> None:
         need(Path(cfg.model.path).expanduser().is_dir(), f"model.path {cfg.model.path!r} is not a local directory (nothing is downloaded)")
     need(0.0 <= cfg.model.warmup.challenger_fraction <= 1.0,
          f"model.warmup.challenger_fraction ({cfg.model.warmup.challenger_fraction}) must be in [0, 1]")
+    need(cfg.model.warmup.threads >= 1, f"model.warmup.threads ({cfg.model.warmup.threads}) must be >= 1")
     need(cfg.model.warmup.solver_max_level >= 1, f"model.warmup.solver_max_level ({cfg.model.warmup.solver_max_level}) must be >= 1")
 
 

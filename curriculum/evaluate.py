@@ -17,39 +17,67 @@ from curriculum.envs import Task, benchmark, make_env
 from curriculum.engine.rollout import generate
 from curriculum.errors import ConfigError
 from curriculum.rundir import RunDir
+from challenger.role import Challenger
 from solver.role import Solver
 
 
+# A level is within the solver's reach when it solves at least this share of it (eval/frontier_level).
+FRONTIER = 0.5
+
+
 @torch.no_grad()
-def solver_scores(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int, seed: int) -> list[list[float]]:
-    """``eval_cfg.samples`` scores per task (0 for an unfinished answer): greedy, or sampled from ``seed``."""
+def solver_scores(role, tokenizer, env, tasks: list[Task], *, k: int, temperature: float, max_new_tokens: int,
+                  batch_size: int, seed: int) -> list[list[float]]:
+    """``k`` scores per task (0 for an unfinished answer): greedy when ``temperature`` is 0, else sampled from ``seed``."""
     role.activate()
-    k = eval_cfg.samples
-    greedy = eval_cfg.temperature == 0
-    sample = functools.partial(generate, role.model, tokenizer, max_new_tokens=eval_cfg.max_new_tokens, greedy=greedy,
-                               temperature=eval_cfg.temperature if not greedy else 1.0, batch_size=batch_size, seed=seed)
+    greedy = temperature == 0
+    sample = functools.partial(generate, role.model, tokenizer, max_new_tokens=max_new_tokens, greedy=greedy,
+                               temperature=1.0 if greedy else temperature, batch_size=batch_size, seed=seed)
     attempts = Solver(env).attempt([t for t in tasks for _ in range(k)], sample)
     return [[a.score for a in attempts[i * k : (i + 1) * k]] for i in range(len(tasks))]
 
 
-def accuracy_report(tasks: list[Task], scores: list[list[float]]) -> dict[str, float]:
-    """``eval/accuracy`` over every score, and ``eval/accuracy/tier_L`` per level."""
-    correct: dict[int, list[float]] = {}
-    for t, s in zip(tasks, scores):
-        correct.setdefault(t.level, []).extend(s)
-    out = {"eval/accuracy": float(np.mean([s for v in correct.values() for s in v]))}
-    for level in sorted(correct):
-        out[f"eval/accuracy/tier_{level}"] = float(np.mean(correct[level]))
+def passes(eval_cfg) -> list[tuple[str, int, float]]:
+    """The scoring passes of an eval: (metric prefix, answers per task, temperature)."""
+    out = []
+    if eval_cfg.greedy:
+        out.append(("eval/accuracy", 1, 0.0))
+    if eval_cfg.samples > 0:
+        out.append(("eval/mean_at_k", eval_cfg.samples, eval_cfg.temperature))
     return out
 
 
+def accuracy_report(tasks: list[Task], scores: list[list[float]], prefix: str = "eval/accuracy") -> dict[str, float]:
+    """``prefix`` over every score, and ``prefix/tier_L`` per level."""
+    correct: dict[int, list[float]] = {}
+    for t, s in zip(tasks, scores):
+        correct.setdefault(t.level, []).extend(s)
+    out = {prefix: float(np.mean([s for v in correct.values() for s in v]))}
+    for level in sorted(correct):
+        out[f"{prefix}/tier_{level}"] = float(np.mean(correct[level]))
+    return out
+
+
+def frontier_level(report: dict[str, float], prefix: str) -> int:
+    """The highest level whose ``prefix/tier_L`` reaches ``FRONTIER`` (0 if none does)."""
+    head = f"{prefix}/tier_"
+    reached = [int(k[len(head):]) for k, v in report.items() if k.startswith(head) and v >= FRONTIER]
+    return max(reached, default=0)
+
+
 def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int) -> dict[str, float]:
-    """Accuracy on ``tasks``: greedy, or the mean over ``eval_cfg.samples`` samples per task.
+    """Greedy accuracy and/or mean@k on ``tasks``, per level, and ``eval/frontier_level``.
 
     Sampling is seeded from ``eval_cfg.seed`` alone, so every round is scored on the
     same random stream (round-to-round differences are the model's, not the dice's).
     """
-    return accuracy_report(tasks, solver_scores(role, tokenizer, env, tasks, eval_cfg, batch_size, eval_cfg.seed))
+    report: dict[str, float] = {}
+    for prefix, k, temperature in passes(eval_cfg):
+        scores = solver_scores(role, tokenizer, env, tasks, k=k, temperature=temperature,
+                               max_new_tokens=eval_cfg.max_new_tokens, batch_size=batch_size, seed=eval_cfg.seed)
+        report.update(accuracy_report(tasks, scores, prefix))
+    report["eval/frontier_level"] = frontier_level(report, passes(eval_cfg)[-1][0])
+    return report
 
 
 def evaluate_run(run_dir: Path) -> dict:
@@ -65,7 +93,7 @@ def evaluate_run(run_dir: Path) -> dict:
         raise ConfigError(f"{rd.path} has no complete checkpoint to evaluate yet")
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     tasks = benchmark(env, cfg.eval.seed, cfg.eval.per_level)
-    role, tokenizer = load_solver(cfg, latest, env, {t.text for t in tasks})
+    role, tokenizer = load_solver(cfg, latest, env, {t.text for t in tasks}, Challenger(env).prompt)
     results = evaluate_solver(role, tokenizer, env, tasks, cfg.eval, cfg.solver.sampling.batch_size)
     results["round"] = int(read_state(latest)["round"])
     results["checkpoint"] = str(latest)

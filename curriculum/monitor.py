@@ -5,7 +5,29 @@ import json
 import os
 import secrets
 import time
+from collections import defaultdict
 from pathlib import Path
+
+# The per-round console line: (metric, format) in print order; absent metrics are left out.
+SUMMARY = [
+    ("eval/accuracy", "acc {:.3f}"), ("eval/mean_at_k", "mean@k {:.3f}"), ("eval/frontier_level", "frontier L{:.0f}"),
+    ("challenger/valid_fraction", "valid {:.2f}"), ("curriculum/accepted", "accepted {:.0f}"),
+    ("curriculum/accepted_level_mean", "at level {:.2f}"), ("curriculum/pool_size", "pool {:.0f}"),
+    ("solver/reward_mean", "solver reward {:.3f}"), ("solver/no_signal_fraction", "no-signal {:.2f}"),
+    ("tokens", "tokens {}"), ("time/round_s", "{:.1f} s"),
+]
+_AVERAGED = ("challenger/", "solver/")  # logged every step: the round's mean; the rest: its last value
+
+
+def summary_line(r: int, rounds: int, values: dict[str, list[float]]) -> str:
+    """``round 3/8 | acc 0.412 | ...`` from one round's logged values (see ``SUMMARY``)."""
+    agg = {k: (sum(v) / len(v) if k.startswith(_AVERAGED) and not k.endswith("generated_tokens") else v[-1])
+           for k, v in values.items() if v}
+    tokens = sum(agg.get(f"{role}/generated_tokens", 0) for role in ("challenger", "solver"))
+    if tokens:
+        agg["tokens"] = f"{tokens / 1e6:.2f}M" if tokens >= 1e5 else f"{tokens / 1e3:.1f}k"
+    parts = [f"round {r}/{rounds}"] + [fmt.format(agg[k]) for k, fmt in SUMMARY if k in agg]
+    return " | ".join(parts)
 
 
 class Monitor:
@@ -22,6 +44,7 @@ class Monitor:
             _truncate_lines(self.path, keep_lines)
         self.lines = _count_lines(self.path)
         self._file = open(self.path, "a", encoding="utf-8")
+        self._round_values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.wandb = None
         self.wandb_id = wandb_id
         if wandb_mode != "disabled":
@@ -45,8 +68,15 @@ class Monitor:
         self._file.write(json.dumps(record, sort_keys=False) + "\n")
         self._file.flush()
         self.lines += 1
+        for k, v in metrics.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                self._round_values[round][k].append(v)
         if self.wandb is not None:
             self.wandb.log({"round": round, **{k: v for k, v in metrics.items() if isinstance(v, (int, float))}})
+
+    def summary(self, round: int, rounds: int) -> str:
+        """One line on what round ``round`` did (then forgets it)."""
+        return summary_line(round, rounds, self._round_values.pop(round, {}))
 
     def table(self, name: str, columns: list[str], rows: list[list], *, round: int) -> None:
         if self.wandb is not None and rows:
@@ -76,6 +106,9 @@ class NullMonitor:
 
     def table(self, *a, **k):
         pass
+
+    def summary(self, *a, **k) -> str:
+        return ""
 
     def flush(self):
         pass

@@ -22,6 +22,7 @@ import time
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from challenger.role import Challenger, Proposal
 from curriculum import dashboard
@@ -33,12 +34,14 @@ from curriculum.engine.policy import ROLES, build_roles, load_base, load_role_we
 from curriculum.engine.rollout import generate, pack
 from curriculum.envs import Task, benchmark, make_env
 from curriculum.errors import ConfigError
-from curriculum.evaluate import accuracy_report, solver_scores
+from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores
 from curriculum.monitor import Monitor, NullMonitor
 from curriculum.pool import PoolEntry, TaskPool
 from curriculum.rundir import RunDir, RunLock
 from curriculum.signals import StopOnSignal
+from curriculum.sources import LevelSampler
 from solver.role import Attempt, Solver, solve_rates
+from solver.verifier import solve_rate
 
 log = logging.getLogger("selfplay")
 
@@ -63,6 +66,21 @@ def quantiles(values: list[float], prefix: str) -> dict[str, float]:
     return {f"{prefix}_mean": float(t.mean()), f"{prefix}_p10": qs[0], f"{prefix}_p50": qs[1], f"{prefix}_p90": qs[2]}
 
 
+def has_signal(group: list[Attempt]) -> bool:
+    """A GRPO group teaches only if its answers did not all score the same."""
+    return len({a.score for a in group}) > 1
+
+
+def near_band(p: float, m: int, low: float, high: float, z: float = 1.5) -> bool:
+    """Whether a solve rate measured on ``m`` samples lies within ``z`` standard errors of a band edge.
+
+    The standard error uses p clipped to [1/2m, 1 - 1/2m], so 0/m and m/m are not certain.
+    """
+    q = min(max(p, 0.5 / m), 1 - 0.5 / m)
+    se = (q * (1 - q) / m) ** 0.5
+    return abs(p - low) <= z * se or abs(p - high) <= z * se
+
+
 class SelfPlayTrainer:
     def __init__(self, cfg: Config, *, resume: bool = False):
         self.cfg = cfg
@@ -85,13 +103,16 @@ class SelfPlayTrainer:
         self.benchmark = benchmark(self.env, cfg.eval.seed, cfg.eval.per_level)
         self.held_out = {t.text for t in self.benchmark}
         self.roles = self._build_roles()
-        self.pool = TaskPool(cfg.curriculum.pool_capacity, cfg.curriculum.max_age, cfg.curriculum.sampler)
+        cc = cfg.curriculum
+        self.pool = TaskPool(cc.pool_capacity, cc.max_age, cc.sampler)
+        self.levels = LevelSampler(self.env, cc.max_level, adaptive=cc.mode == "adaptive", floor=cc.adaptive_floor)
         self.ckpt = self.rundir.checkpoint_manager(cfg.checkpoint.keep_last)
         self.round = 0  # rounds completed
         self.stage = 0  # stages of round self.round + 1 completed
         self.last_checkpoint = None
         self.stop = StopOnSignal()
         self.steps = {r: 0 for r in ROLES}
+        self.tokens = {r: 0 for r in ROLES}  # generated tokens per role (proposals; probes and answers)
         self.task_log: list[dict] = []
         wandb_id, keep_lines = None, 0
         if resume:
@@ -132,10 +153,10 @@ class SelfPlayTrainer:
         """Base model -> roles (-> one DeepSpeed engine per role). Rank 0 fills the warm-up cache first."""
         base, self.tokenizer = None, None
         if self.dist.is_main:
-            base, self.tokenizer = load_base(self.cfg, self.env, self.held_out, self.progress)
+            base, self.tokenizer = load_base(self.cfg, self.env, self.held_out, self.progress, self.challenger.prompt)
         self.dist.barrier()
         if not self.dist.is_main:
-            base, self.tokenizer = load_base(self.cfg, self.env, self.held_out, self.progress)
+            base, self.tokenizer = load_base(self.cfg, self.env, self.held_out, self.progress, self.challenger.prompt)
         roles = build_roles(self.cfg, base, self.device)
         if self.cfg.distributed.engine == "deepspeed":
             wrap_deepspeed(roles, self.cfg, self.dist.world)
@@ -145,15 +166,21 @@ class SelfPlayTrainer:
 
     def train(self) -> None:
         """Run rounds until ``train.rounds``; SIGTERM/SIGINT checkpoint after the current step and return."""
-        with StopOnSignal() as self.stop:
+        with StopOnSignal() as self.stop, logging_redirect_tqdm():
             try:
                 if self.last_checkpoint is None:  # a fresh run: score the starting solver first
                     self.evaluate(0)
+                    if self.dist.is_main:
+                        log.info(self.monitor.summary(0, self.cfg.train.rounds))
                     self.save_checkpoint()
                     self.write_dashboard()
+                elif self.round >= self.cfg.train.rounds and self.stage == 0:
+                    log.warning("the run in %s finished all %d rounds; raise train.rounds to go on "
+                                "(selfplay train --resume %s train.rounds=N)", self.rundir.path, self.round, self.rundir.path)
                 first = self.round + 1
+                # disable=None: no bar when stderr is no TTY (a log file); the round lines say it all
                 for r in tqdm(range(first, self.cfg.train.rounds + 1), desc="rounds", initial=self.round,
-                              total=self.cfg.train.rounds, disable=not self.progress):
+                              total=self.cfg.train.rounds, disable=None if self.progress else True):
                     if not self.run_round(r):
                         log.warning("stopped by signal; checkpoint %s written, resume with "
                                     "`selfplay train --resume %s`", self.last_checkpoint, self.rundir.path)
@@ -193,7 +220,9 @@ class SelfPlayTrainer:
                     return False
         self.write_task_log(r)
         self.evaluate(r)
-        self.monitor.log({"time/round_s": time.time() - t0}, round=r, phase="round")
+        self.monitor.log({"time/round_s": time.time() - t0, **self._token_stats()}, round=r, phase="round")
+        if self.dist.is_main:
+            log.info(self.monitor.summary(r, self.cfg.train.rounds))
         self.stage = 0
         self.save_checkpoint(r)
         self.write_dashboard()
@@ -213,21 +242,48 @@ class SelfPlayTrainer:
     # ---------------------------------------------------------------- phases
 
     def propose(self, r: int, phase: str, step: int, n: int) -> list[Proposal]:
-        """Generation: the challenger samples ``n`` proposals (groups of G); the environment parses each."""
-        prompts = [self.challenger.prompt()] * n
+        """Generation: the challenger samples ``n`` proposals, G per prompt; the environment parses each.
+
+        Each group's prompt carries ``curriculum.references`` reference tasks from the pool.
+        """
+        g = self.cfg.challenger.group_size
+        rng = random.Random(derive_seed(self.cfg.run.seed, r, phase, step, "references"))
+        prompts = [self.challenger.prompt(self._references(rng)) for _ in range(0, n, g)]
+        items = [prompts[i // g] for i in range(n)]
 
         def work(items: list[str], seed: int) -> list[Proposal]:
             return self.challenger.propose(items, self._sampler("challenger", seed, f"propose r{r}"))
 
-        return self._sharded(prompts, self.cfg.challenger.group_size, work, (r, phase, step))
+        proposals = self._sharded(items, g, work, (r, phase, step))
+        self._count("challenger", [p.completion for p in proposals])
+        return proposals
+
+    def _references(self, rng: random.Random) -> list[Task]:
+        """Reference tasks for one prompt: from the pool, or level-1 generator tasks while it is empty."""
+        k = self.cfg.curriculum.references
+        entries = list(self.pool.entries.values())
+        if entries:
+            return [e.task for e in rng.sample(entries, min(k, len(entries)))]
+        return [self.env.sample_task(1, rng) for _ in range(k)]
 
     def probe(self, proposals: list[Proposal], r: int, phase: str, step: int) -> None:
-        """Probing: the frozen solver answers each distinct valid task m times; p = mean score."""
-        tasks = {p.task.text: p.task for p in proposals if p.valid}
-        rates = self.solve_rates(list(tasks.values()), self.cfg.curriculum.probe_samples, (r, phase, step))
+        """Probing: the frozen solver answers each distinct valid task m times; p = mean score.
+
+        With ``curriculum.probe_samples_max``, a task whose band decision is uncertain after m
+        samples gets more, and p is their mean over all of them.
+        """
+        cc = self.cfg.curriculum
+        tasks = list({p.task.text: p.task for p in proposals if p.valid}.values())
+        m = cc.probe_samples
+        scores = self.solve_scores(tasks, m, (r, phase, step))
+        if cc.probe_samples_max > m:
+            unsure = [t for t in tasks if near_band(float(np.mean(scores[t.text])), m, cc.band_low, cc.band_high)]
+            more = self.solve_scores(unsure, cc.probe_samples_max - m, (r, phase, step, "more"))
+            for t in unsure:
+                scores[t.text] += more[t.text]
         for p in proposals:
             if p.valid:
-                p.solve_rate = rates[p.task.text]
+                p.solve_rate = solve_rate(scores[p.task.text])
 
     def update_challenger(self, r: int, step: int, proposals: list[Proposal]) -> None:
         """Reward = gate x (frontier(p) - lambda x repetition); one GRPO step on the challenger."""
@@ -237,6 +293,7 @@ class SelfPlayTrainer:
                        self.tokenizer.pad_token_id)
         out = self._update("challenger", rollout, r, step)
         out.update({f"challenger/{k}": v for k, v in stats.items()})
+        out.update(self._token_stats())
         self.monitor.log(out, round=r, phase="update_challenger")
         self._record_tasks(r, f"challenger_step_{step}", proposals, reward_b.tolist(), accepted=None)
 
@@ -263,88 +320,123 @@ class SelfPlayTrainer:
         stats.update(quantiles([1 - p.solve_rate for p in added], "curriculum/accepted_difficulty"))
         stats.update(quantiles([e.difficulty for e in self.pool.entries.values()], "curriculum/pool_difficulty"))
         stats.update(quantiles([float(e.task.level) for e in self.pool.entries.values()], "curriculum/pool_level"))
+        stats.update(self._token_stats())
         self.monitor.log(stats, round=r, phase="fill_pool")
         self._record_tasks(r, "fill", proposals, None, accepted=accepted)
 
     def update_solver(self, r: int, step: int) -> None:
         """Execution + update: G answers per task, verifier scores, one GRPO step on the solver."""
-        tasks = self._solver_tasks(r, step)
+        tasks, attempts, drawn = self.solver_batch(r, step)
         if not tasks:
-            log.warning("round %d solver step %d skipped: the task pool is empty (no proposal landed in the band)", r, step)
-            self.monitor.log({"solver/skipped": 1}, round=r, phase="update_solver")
+            log.warning("round %d solver step %d skipped: no task with signal (empty pool, or every group "
+                        "drawn scored the same)", r, step)
+            self.monitor.log({"solver/skipped": 1, **self._token_stats()}, round=r, phase="update_solver")
             return
         g = self.cfg.solver.group_size
-        attempts = self.attempt(tasks, g, (r, "solver", step), desc=f"solve r{r}")
         scores = [a.score for a in attempts]
         rates = solve_rates(scores, g)
         if self.cfg.curriculum.mode == "selfplay":
             for t, rate in zip(tasks, rates):
                 self.pool.update_solve_rate(t.text, rate)
+        else:
+            self.levels.observe(tasks, rates)
         rollout = pack([a.completion for a in attempts], scores, [i // g for i in range(len(attempts))],
                        self.tokenizer.pad_token_id)
         stats = self._update("solver", rollout, r, step)
         stats["solver/task_level_mean"] = float(np.mean([t.level for t in tasks]))
         stats["solver/solved_all_fraction"] = float(np.mean([x == 1.0 for x in rates]))
         stats["solver/solved_none_fraction"] = float(np.mean([x == 0.0 for x in rates]))
+        stats["solver/no_signal_fraction"] = float(np.mean([not has_signal(a) for a in drawn]))
+        stats["solver/groups_drawn"] = len(drawn)
         stats["curriculum/pool_size"] = len(self.pool)
+        stats.update(self._token_stats())
         self.monitor.log(stats, round=r, phase="update_solver")
 
-    def _solver_tasks(self, r: int, step: int) -> list[Task]:
-        n = self.cfg.solver.batch_prompts
+    def solver_batch(self, r: int, step: int) -> tuple[list[Task], list[Attempt], list[list[Attempt]]]:
+        """The step's tasks, their G scored attempts each, and every group drawn (filtered ones too).
+
+        ``uniform_filtered`` keeps drawing ``solver.batch_prompts`` tasks (up to
+        ``curriculum.filter_max_batches`` times) until that many groups have signal, and
+        trains on those (fewer if the draws ran out). Other modes train on one draw.
+        """
+        n, g = self.cfg.solver.batch_prompts, self.cfg.solver.group_size
         rng = random.Random(derive_seed(self.cfg.run.seed, r, "solver_tasks", step))
-        if self.cfg.curriculum.mode == "uniform":
-            tasks = []
-            while len(tasks) < n:
-                t = self.env.sample_task(rng.randint(1, self.env.num_levels), rng)
-                if t.text not in self.held_out:
-                    tasks.append(t)
-            return tasks
-        return [e.task for e in self.pool.sample(n, rng)]
+        mode = self.cfg.curriculum.mode
+        draws = self.cfg.curriculum.filter_max_batches if mode == "uniform_filtered" else 1
+        kept: list[tuple[Task, list[Attempt]]] = []
+        drawn: list[list[Attempt]] = []
+        for d in range(draws):
+            tasks = [e.task for e in self.pool.sample(n, rng)] if mode == "selfplay" else self.levels.draw(n, rng, self.held_out)
+            if not tasks:
+                break
+            attempts = self.attempt(tasks, g, (r, "solver", step) + ((d,) if d else ()), desc=f"solve r{r}")
+            groups = [attempts[i * g : (i + 1) * g] for i in range(len(tasks))]
+            drawn += groups
+            kept += [(t, a) for t, a in zip(tasks, groups) if draws == 1 or has_signal(a)]
+            if len(kept) >= n:
+                break
+        kept = kept[:n]
+        return [t for t, _ in kept], [a for _, group in kept for a in group], drawn
 
     def evaluate(self, r: int) -> dict[str, float]:
-        """Held-out benchmark (greedy, or mean@k when sampled), accuracy overall and per level.
+        """Held-out benchmark: greedy accuracy and/or mean@k, overall and per level; the frontier level.
 
         Several ranks split the tasks and gather the scores. Greedy scores do not depend on
         the split; sampled ones are seeded per rank, so their stream differs from one process's.
         """
+        ec = self.cfg.eval
+        if r % ec.every and r != self.cfg.train.rounds:
+            return {}
         t0 = time.time()
-        ec, batch = self.cfg.eval, self.cfg.solver.sampling.batch_size
+        results: dict[str, float] = {}
+        for prefix, k, temperature in passes(ec):
 
-        def work(tasks: list[Task], seed: int) -> list[list[float]]:
-            return solver_scores(self.roles["solver"], self.tokenizer, self.env, tasks, ec, batch, seed)
+            def work(tasks: list[Task], seed: int, k=k, temperature=temperature) -> list[list[float]]:
+                return solver_scores(self.roles["solver"], self.tokenizer, self.env, tasks, k=k, temperature=temperature,
+                                     max_new_tokens=ec.max_new_tokens, batch_size=self.cfg.solver.sampling.batch_size,
+                                     seed=seed)
 
-        per_rank = ec.temperature > 0 and self.dist.world > 1
-        seed = derive_seed(ec.seed, "rank", self.dist.rank) if per_rank else ec.seed
-        scores = run_sharded(self.dist, [[t] for t in self.benchmark], work, lambda u: seed, per_unit=False)
-        results = accuracy_report(self.benchmark, scores)
+            seed = derive_seed(ec.seed, "rank", self.dist.rank) if temperature > 0 and self.dist.world > 1 else ec.seed
+            scores = run_sharded(self.dist, [[t] for t in self.benchmark], work, lambda u: seed, per_unit=False)
+            results.update(accuracy_report(self.benchmark, scores, prefix))
+        results["eval/frontier_level"] = frontier_level(results, passes(ec)[-1][0])
         results["time/eval_s"] = time.time() - t0
         self.monitor.log(results, round=r, phase="eval")
         return results
 
     # ---------------------------------------------------------------- the engine, handed to the roles
 
-    def solve_rates(self, tasks: list[Task], m: int, parts: tuple) -> dict[str, float]:
-        """Solve rate of each task over ``m`` solver samples, by task text."""
+    def solve_scores(self, tasks: list[Task], m: int, parts: tuple) -> dict[str, list[float]]:
+        """``m`` probe scores of each task, by task text (at the probing temperature)."""
         if not tasks:
             return {}
-        rates = solve_rates([a.score for a in self.attempt(tasks, m, parts, desc="probe")], m)
-        return {t.text: p for t, p in zip(tasks, rates)}
+        attempts = self.attempt(tasks, m, parts, desc="probe", temperature=self.cfg.curriculum.probe_temperature)
+        return {t.text: [a.score for a in attempts[i * m : (i + 1) * m]] for i, t in enumerate(tasks)}
 
-    def attempt(self, tasks: list[Task], m: int, parts: tuple, desc: str) -> list[Attempt]:
+    def attempt(self, tasks: list[Task], m: int, parts: tuple, desc: str, temperature: float = 0.0) -> list[Attempt]:
         """``m`` scored solver attempts per task (task-major), each rank answering and scoring its share."""
 
         def work(items: list[Task], seed: int) -> list[Attempt]:
-            return self.solver.attempt(items, self._sampler("solver", seed, desc))
+            return self.solver.attempt(items, self._sampler("solver", seed, desc, temperature))
 
-        return self._sharded([t for t in tasks for _ in range(m)], m, work, parts)
+        attempts = self._sharded([t for t in tasks for _ in range(m)], m, work, parts)
+        self._count("solver", [a.completion for a in attempts])
+        return attempts
 
-    def _sampler(self, name: str, seed: int, desc: str):
-        """``sample(prompts) -> completions`` of role ``name`` at its configured sampling, seeded."""
+    def _count(self, name: str, completions) -> None:
+        self.tokens[name] += sum(len(c.completion_ids) for c in completions)
+
+    def _token_stats(self) -> dict[str, int]:
+        return {f"{name}/generated_tokens": n for name, n in self.tokens.items()}
+
+    def _sampler(self, name: str, seed: int, desc: str, temperature: float = 0.0):
+        """``sample(prompts) -> completions`` of role ``name`` at its sampling settings (``temperature`` > 0
+        overrides the configured one), seeded."""
         sc = getattr(self.cfg, name).sampling
         role = self.roles[name].activate()
         return functools.partial(generate, role.model, self.tokenizer, max_new_tokens=sc.max_new_tokens,
-                                 temperature=sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size, seed=seed,
-                                 desc=desc, progress=self.progress)
+                                 temperature=temperature or sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size,
+                                 seed=seed, desc=desc, progress=self.progress)
 
     def _sharded(self, items: list, unit: int, work, parts: tuple) -> list:
         """``work(items, seed)`` over this rank's share of ``items`` (in units of ``unit``), gathered.
@@ -415,7 +507,8 @@ class SelfPlayTrainer:
         self.round = self.round if r is None else r
         r = self.round
         state = {
-            "round": r, "stage": self.stage, "steps": self.steps, "wandb_id": self.monitor.wandb_id,
+            "round": r, "stage": self.stage, "steps": self.steps, "tokens": self.tokens,
+            "levels": self.levels.state_dict(), "wandb_id": self.monitor.wandb_id,
             "metrics_lines": self.monitor.lines, "config_sha": hashlib.sha256(to_yaml(self.cfg).encode()).hexdigest(),
             "finished": r >= self.cfg.train.rounds and self.stage == 0, "time": time.time(),
         }
@@ -444,7 +537,8 @@ class SelfPlayTrainer:
 
     def fingerprint(self) -> str:
         """What every rank must agree on: counters, pool, task log and (unless partitioned) the weights."""
-        h = hashlib.sha256(json.dumps([self.round, self.stage, self.steps, self.pool.state_dict(), self.task_log],
+        h = hashlib.sha256(json.dumps([self.round, self.stage, self.steps, self.tokens, self.levels.state_dict(),
+                                       self.pool.state_dict(), self.task_log],
                                       sort_keys=True, default=str).encode())
         for role in self.roles.values():
             if role.engine is None or role.engine.zero_optimization_stage() < 3:
@@ -481,5 +575,7 @@ class SelfPlayTrainer:
         self.round = int(state["round"])
         self.stage = int(state["stage"])
         self.steps = {k: int(v) for k, v in state["steps"].items()}
+        self.tokens = {k: int(v) for k, v in state["tokens"].items()}
+        self.levels.load_state_dict(state["levels"])
         self.last_checkpoint = path
         return state.get("wandb_id"), int(state["metrics_lines"])

@@ -1,89 +1,176 @@
-"""Self-play vs the uniform baseline: same solver updates, 3 seeds, held-out accuracy per tier.
+"""Four ways to pick the solver's tasks, compared on paired seeds: at equal solver updates and at
+equal generated tokens.
 
-    python scripts/compare_curriculum.py [--config configs/demo_cpu.yaml] [--seeds 0 1 2]
-                                         [--out runs/compare] [--jobs 2] [key=value ...]
+    python scripts/compare_curriculum.py [--config configs/ladder_cpu.yaml] [--seeds 0 1 2 3 4]
+        [--modes uniform uniform_filtered adaptive selfplay] [--out runs/compare] [--jobs 2]
+        [--equal-tokens] [key=value ...]
 
-Each (mode, seed) is a real `selfplay train` run in its own directory; the table is read
-from their metrics.jsonl (final round vs round 0), and OUT/compare.html overlays their
-curves. Runs already finished are reused.
+Each (mode, seed) is a real `selfplay train` run in OUT/<mode>_seed<seed> (`curriculum.mode`
+set, everything else from the config). Every arm makes the same number of solver updates
+(train.rounds x solver.steps). With --equal-tokens, each arm that generated fewer tokens than
+self-play (challenger proposals and probes count) is resumed for more rounds until it has
+generated at least as many, and its held-out scores are read at self-play's token budget
+(linear interpolation between evaluated rounds). Tables: mean and 95% confidence interval
+over seeds, and the paired difference of self-play minus each arm (t interval over seeds).
+Runs already finished are reused; OUT/compare.html overlays the curves.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
-import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from scipy import stats as scipy_stats
+
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("selfplay", "uniform")
+MODES = ("uniform", "uniform_filtered", "adaptive", "selfplay")
+HEADLINE = ("eval/mean_at_k", "eval/frontier_level", "eval/accuracy")
 
 
-def run_one(config: str, out: Path, mode: str, seed: int, overrides: list[str], threads: int) -> Path:
+def run(out: Path, mode: str, seed: int, cmd: list[str], threads: int) -> Path:
     run_dir = out / f"{mode}_seed{seed}"
-    status = run_dir / "checkpoints" / "latest"
-    if status.exists():
-        state = json.loads((run_dir / "checkpoints" / status.read_text().strip() / "state.json").read_text())
-        if state.get("finished"):
-            return run_dir
-        cmd = ["train", "--resume", str(run_dir)]
-    else:
-        cmd = ["train", config, f"run.dir={run_dir}", f"run.seed={seed}", f"curriculum.mode={mode}",
-               f"run.threads={threads}", "log.progress=false", "wandb.mode=disabled", *overrides]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    log = open(out / f"{mode}_seed{seed}.log", "w")
-    subprocess.run([sys.executable, "-m", "curriculum.cli", *cmd], cwd=ROOT, env=env, stdout=log, stderr=log, check=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_WAIT_POLICY": "PASSIVE", "OMP_NUM_THREADS": str(threads)}
+    with open(out / f"{mode}_seed{seed}.log", "a") as log:
+        subprocess.run([sys.executable, "-m", "curriculum.cli", *cmd], cwd=ROOT, env=env, stdout=log, stderr=log, check=True)
     return run_dir
 
 
-def evals(run_dir: Path) -> dict[int, dict[str, float]]:
-    out = {}
+def train(config: str, out: Path, mode: str, seed: int, overrides: list[str], threads: int, rounds: int) -> Path:
+    """Start the run of one arm and seed, or resume it up to ``rounds``; one that got there is reused."""
+    run_dir = out / f"{mode}_seed{seed}"
+    state = latest_state(run_dir)
+    if state is None:
+        cmd = ["train", config, f"run.dir={run_dir}", f"run.seed={seed}", f"curriculum.mode={mode}",
+               f"run.threads={threads}", "log.progress=false", "wandb.mode=disabled", *overrides,
+               f"train.rounds={rounds}"]
+        return run(out, mode, seed, cmd, threads)
+    if state["round"] >= rounds:
+        return run_dir
+    cmd = ["train", "--resume", str(run_dir), f"train.rounds={rounds}"]
+    return run(out, mode, seed, cmd, threads)
+
+
+def latest_state(run_dir: Path) -> dict | None:
+    latest = run_dir / "checkpoints" / "latest"
+    if not latest.exists():
+        return None
+    return json.loads((run_dir / "checkpoints" / latest.read_text().strip() / "state.json").read_text())
+
+
+def curve(run_dir: Path) -> list[dict]:
+    """Per evaluated round: its eval metrics and the tokens generated so far (both roles)."""
+    tokens, evals = {}, {}
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         rec = json.loads(line)
+        t = rec.get("challenger/generated_tokens", 0) + rec.get("solver/generated_tokens", 0)
+        if "solver/generated_tokens" in rec or "challenger/generated_tokens" in rec:
+            tokens[rec["round"]] = t
         if rec["phase"] == "eval":
-            out[rec["round"]] = {k: v for k, v in rec.items() if k.startswith("eval/accuracy")}
-    return out
+            evals[rec["round"]] = {k: v for k, v in rec.items() if k.startswith("eval/")}
+    return [{"round": r, "tokens": tokens.get(r, 0), **e} for r, e in sorted(evals.items())]
+
+
+def at_round(points: list[dict], r: int) -> dict:
+    return next(p for p in points if p["round"] == r)
+
+
+def at_tokens(points: list[dict], budget: float) -> dict:
+    """Metrics at ``budget`` generated tokens, linearly interpolated between evaluated rounds."""
+    for a, b in zip(points, points[1:]):
+        if a["tokens"] <= budget <= b["tokens"]:
+            w = 0.0 if b["tokens"] == a["tokens"] else (budget - a["tokens"]) / (b["tokens"] - a["tokens"])
+            return {k: a[k] + w * (b[k] - a[k]) for k in a if k in b and isinstance(a[k], (int, float))}
+    raise ValueError(f"token budget {budget:.0f} outside the run's range "
+                     f"{points[0]['tokens']:.0f}..{points[-1]['tokens']:.0f}")
+
+
+def ci(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% t confidence interval."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, float("nan")
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, scipy_stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
 
 
 def fmt(values: list[float]) -> str:
-    if len(values) < 2:
-        return f"{values[0]:.3f}" if values else "-"
-    return f"{statistics.mean(values):.3f}±{statistics.stdev(values):.3f}"
+    mean, half = ci(values)
+    return f"{mean:.3f} ± {half:.3f}"
+
+
+def table(title: str, results: dict[str, dict[int, dict]], modes: list[str], seeds: list[int]) -> list[str]:
+    """Markdown: each headline metric and per-level mean@k per arm, and paired differences vs self-play."""
+    metrics = [m for m in HEADLINE if all(m in results[mode][s] for mode in modes for s in seeds)]
+    levels = sorted({k for r in results.values() for p in r.values() for k in p if k.startswith("eval/mean_at_k/tier_")},
+                    key=lambda k: int(k.rsplit("_", 1)[1]))
+    rows = [f"### {title}", "", "| metric | " + " | ".join(modes) + " |", "|---" * (len(modes) + 1) + "|"]
+    for m in metrics + levels + ["tokens"]:
+        cells = [fmt([results[mode][s][m] for s in seeds]) if all(m in results[mode][s] for s in seeds) else "-"
+                 for mode in modes]
+        rows.append(f"| {m.replace('eval/mean_at_k/tier_', 'mean@k level ')} | " + " | ".join(cells) + " |")
+    if "selfplay" in modes:
+        rows += ["", "Paired difference, self-play minus arm (mean ± 95% CI over seeds; > 0 favours self-play):", "",
+                 "| metric | " + " | ".join(m for m in modes if m != "selfplay") + " |",
+                 "|---" * len(modes) + "|"]
+        for m in metrics:
+            cells = [fmt([results["selfplay"][s][m] - results[mode][s][m] for s in seeds]) for mode in modes if mode != "selfplay"]
+            rows.append(f"| {m} | " + " | ".join(cells) + " |")
+    return rows + [""]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", default="configs/demo_cpu.yaml")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--config", default="configs/ladder_cpu.yaml")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--out", default="runs/compare")
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel (each gets cores/jobs threads)")
+    ap.add_argument("--equal-tokens", action="store_true", help="also compare at self-play's token budget")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     threads = max(1, (os.cpu_count() or 2) // args.jobs)
-    jobs = [(m, s) for s in args.seeds for m in MODES]
-    with ThreadPoolExecutor(args.jobs) as pool:
-        dirs = list(pool.map(lambda ms: run_one(args.config, out, ms[0], ms[1], args.overrides, threads), jobs))
-    results = {ms: evals(d) for ms, d in zip(jobs, dirs)}
-    keys = sorted({k for r in results.values() for e in r.values() for k in e},
-                  key=lambda k: (k != "eval/accuracy", len(k), k))
-    print(f"held-out accuracy, mean±std over seeds {args.seeds} (round 0 = after warm-up, before RL)")
-    print(f"{'metric':<24}" + "".join(f"{m + ' r0':>16}{m + ' final':>18}" for m in MODES))
-    for k in keys:
-        row = f"{k.replace('eval/accuracy', 'acc'):<24}"
-        for m in MODES:
-            first = [results[(m, s)][0][k] for s in args.seeds]
-            last = [results[(m, s)][max(results[(m, s)])][k] for s in args.seeds]
-            row += f"{fmt(first):>16}{fmt(last):>18}"
-        print(row)
+    jobs = [(m, s) for s in args.seeds for m in args.modes]
+
+    def parallel(fn):
+        with ThreadPoolExecutor(args.jobs) as pool:
+            return list(pool.map(fn, jobs))
+
     sys.path.insert(0, str(ROOT))
+    from curriculum.config import load_config
+
+    rounds = load_config(args.config, args.overrides).train.rounds
+    dirs = dict(zip(jobs, parallel(lambda ms: train(args.config, out, *ms, args.overrides, threads, rounds))))
+    results = {m: {s: {**at_round(curve(dirs[(m, s)]), rounds)} for s in args.seeds} for m in args.modes}
+    lines = [f"Command: python scripts/compare_curriculum.py {' '.join(sys.argv[1:])}", "",
+             f"Seeds {args.seeds}; every arm {rounds} rounds of the same solver updates.", ""]
+    lines += table(f"At equal solver updates (round {rounds})", results, args.modes, args.seeds)
+    if args.equal_tokens and "selfplay" in args.modes:
+        budget = {s: results["selfplay"][s]["tokens"] for s in args.seeds}
+
+        def extend(ms):
+            mode, seed = ms
+            per_round = results[mode][seed]["tokens"] / rounds
+            need = rounds if mode == "selfplay" else max(rounds, math.ceil(budget[seed] / max(per_round, 1.0)) + 1)
+            return train(args.config, out, mode, seed, args.overrides, threads, rounds=need)
+
+        parallel(extend)
+        at_budget = {m: {s: {**at_tokens(curve(dirs[(m, s)]), budget[s]), "tokens": budget[s]} for s in args.seeds}
+                     for m in args.modes}
+        lines += table("At equal generated tokens (self-play's budget per seed)", at_budget, args.modes, args.seeds)
+    report = "\n".join(lines)
+    print(report)
+    (out / "compare.md").write_text(report + "\n")
     from curriculum import dashboard
 
-    print(f"curves of every run: {dashboard.write(dirs, out / 'compare.html')}")
+    print(f"curves of every run: {dashboard.write(list(dirs.values()), out / 'compare.html')}")
 
 
 if __name__ == "__main__":

@@ -104,36 +104,62 @@ def load_tokenizer(cfg: Config):
     return tokenizer
 
 
-def load_base(cfg: Config, env, exclude: set[str], progress: bool):
-    """The starting model and tokenizer: a local HF model, or the warmed-up embedded one."""
+def warmup_key(cfg: Config, env, challenger_prompt=None) -> dict:
+    """Everything the warmed-up embedded model depends on: its cache entry is named by this dict's hash.
+
+    The config parts that shape it, the seed, the warm-up's thread count (its arithmetic
+    depends on it) and the torch and transformers versions.
+    """
+    import transformers
+
+    t, w = cfg.model.tiny, cfg.model.warmup
+    references = cfg.curriculum.references
+    return {"tiny": vars(t), "warmup": {k: v for k, v in vars(w).items() if k != "cache_dir"},
+            "env": cfg.env.name, "env_kwargs": dict(cfg.env.kwargs), "seed": cfg.run.seed,
+            "eval": [cfg.eval.seed, cfg.eval.per_level], "references": references,
+            "example_prompt": challenger_prompt([]) if references else env.challenger_prompt(),
+            "torch": torch.__version__, "transformers": transformers.__version__, "version": 2}
+
+
+def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_prompt=None):
+    """The starting model and tokenizer: a local HF model, or the warmed-up embedded one.
+
+    The warm-up runs on ``model.warmup.threads`` threads and its cache key names everything
+    that changes the result (config, seed, thread count, torch and transformers versions).
+    ``challenger_prompt(references)`` renders reference-conditioned challenger prompts
+    (``curriculum.references`` > 0).
+    """
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # a bar per shard per checkpoint is noise in training logs
     tokenizer = load_tokenizer(cfg)
     if cfg.model.path:
-        model = AutoModelForCausalLM.from_pretrained(Path(cfg.model.path).expanduser(), torch_dtype=DTYPES[cfg.model.dtype])
+        model = AutoModelForCausalLM.from_pretrained(Path(cfg.model.path).expanduser(), dtype=DTYPES[cfg.model.dtype])
         return model, tokenizer
     from curriculum.engine import tiny
 
     t, w = cfg.model.tiny, cfg.model.warmup
-    payload = {"tiny": vars(t), "warmup": {k: v for k, v in vars(w).items() if k != "cache_dir"},
-               "env": cfg.env.name, "env_kwargs": dict(cfg.env.kwargs), "seed": cfg.run.seed,
-               "eval": [cfg.eval.seed, cfg.eval.per_level], "version": 1}
 
     def build():
-        torch.manual_seed(cfg.run.seed)
-        model = tiny.build_model(tokenizer, t.hidden_size, t.layers, t.heads, t.max_positions)
-        tiny.warm_up(model, tokenizer, env, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
-                     solver_max_level=min(w.solver_max_level, env.num_levels), seed=cfg.run.seed,
-                     exclude=exclude, challenger_fraction=w.challenger_fraction, progress=progress)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(w.threads)
+        try:
+            torch.manual_seed(cfg.run.seed)
+            model = tiny.build_model(tokenizer, t.hidden_size, t.layers, t.heads, t.max_positions)
+            tiny.warm_up(model, tokenizer, env, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
+                         solver_max_level=min(w.solver_max_level, env.num_levels), seed=cfg.run.seed,
+                         exclude=exclude, challenger_fraction=w.challenger_fraction, references=cfg.curriculum.references,
+                         challenger_prompt=challenger_prompt, progress=progress)
+        finally:
+            torch.set_num_threads(threads)
         return model
 
-    model = tiny.load_or_build(w.cache_dir, payload, build, progress=progress)
+    model = tiny.load_or_build(w.cache_dir, warmup_key(cfg, env, challenger_prompt), build, progress=progress)
     return model.to(DTYPES[cfg.model.dtype]), tokenizer
 
 
-def load_solver(cfg: Config, checkpoint: Path, env, exclude: set[str]) -> tuple["Role", Any]:
+def load_solver(cfg: Config, checkpoint: Path, env, exclude: set[str], challenger_prompt=None) -> tuple["Role", Any]:
     """The solver of a checkpoint, for evaluation: one role, no optimizer, on ``run.device``."""
     from transformers import AutoModelForCausalLM
 
@@ -141,11 +167,11 @@ def load_solver(cfg: Config, checkpoint: Path, env, exclude: set[str]) -> tuple[
     if cfg.model.lora.enabled:  # adapters need their base
         from peft import get_peft_model
 
-        base, tokenizer = load_base(cfg, env, exclude, progress=False)
+        base, tokenizer = load_base(cfg, env, exclude, progress=False, challenger_prompt=challenger_prompt)
         role = Role("solver", get_peft_model(base, _lora_config(cfg), adapter_name="solver"), "solver", None, None)
         load_role_weights(role, checkpoint / "solver")
     else:
-        model = AutoModelForCausalLM.from_pretrained(checkpoint / "solver", torch_dtype=DTYPES[cfg.model.dtype])
+        model = AutoModelForCausalLM.from_pretrained(checkpoint / "solver", dtype=DTYPES[cfg.model.dtype])
         role, tokenizer = Role("solver", model, None, None, None), load_tokenizer(cfg)
     role.model.to(device).eval()
     return role, tokenizer

@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import random
+import shutil
 import string
 from pathlib import Path
+from typing import Callable
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
@@ -48,17 +53,26 @@ def build_model(tokenizer, hidden_size: int, layers: int, heads: int, max_positi
 
 
 def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, exclude: set[str],
-                    challenger_fraction: float = 0.5) -> list[tuple[str, str]]:
+                    challenger_fraction: float = 0.5, references: int = 0,
+                    challenger_prompt: Callable[[list], str] | None = None) -> list[tuple[str, str]]:
     """(prompt, completion) pairs: proposals (``challenger_fraction``) and solved tasks.
 
     Challenger examples span every level, so the challenger can propose what the
-    solver cannot yet do; solver examples stop at ``solver_max_level``.
+    solver cannot yet do; solver examples stop at ``solver_max_level``. With
+    ``references`` > 0, a proposal of level L follows ``challenger_prompt(refs)`` whose
+    reference tasks lie at levels L-1..L+1: the challenger learns to propose near the
+    level of its references, the handle that reference tasks from the pool then pull.
     """
     out = []
     while len(out) < n:
         if rng.random() < challenger_fraction:
-            task = env.sample_task(rng.randint(1, env.num_levels), rng)
-            out.append((env.challenger_prompt(), env.format_proposal(task)))
+            level = rng.randint(1, env.num_levels)
+            task = env.sample_task(level, rng)
+            prompt = env.challenger_prompt()
+            if references:
+                near = [min(env.num_levels, max(1, level + rng.randint(-1, 1))) for _ in range(references)]
+                prompt = challenger_prompt([env.sample_task(k, rng) for k in near])
+            out.append((prompt, env.format_proposal(task)))
         else:
             task = env.sample_task(rng.randint(1, solver_max_level), rng)
             if task.text in exclude:
@@ -87,7 +101,8 @@ def encode_pairs(tokenizer, pairs: list[tuple[str, str]]):
 
 
 def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, solver_max_level: int,
-            seed: int, exclude: set[str], challenger_fraction: float = 0.5, progress: bool = False) -> list[float]:
+            seed: int, exclude: set[str], challenger_fraction: float = 0.5, references: int = 0,
+            challenger_prompt: Callable[[list], str] | None = None, progress: bool = False) -> list[float]:
     """Supervised steps on generator examples; returns the loss curve."""
     from tqdm.auto import tqdm
 
@@ -98,7 +113,9 @@ def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, so
     model.train()
     losses = []
     for _ in tqdm(range(steps), desc="warm-up", disable=not progress, leave=False):
-        ids, attn, loss_mask = encode_pairs(tokenizer, warmup_examples(env, rng, batch_size, solver_max_level, exclude, challenger_fraction))
+        pairs = warmup_examples(env, rng, batch_size, solver_max_level, exclude, challenger_fraction, references,
+                                challenger_prompt)
+        ids, attn, loss_mask = encode_pairs(tokenizer, pairs)
         labels = ids.masked_fill(loss_mask == 0, -100)
         loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
         loss.backward()
@@ -115,20 +132,36 @@ def cache_key(payload: dict) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def _weights_sha(path: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(path.glob("*.safetensors")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def load_or_build(cache_dir: str, payload: dict, build, progress: bool = False):
-    """Build the warmed-up model with ``build()``, or load it from ``cache_dir/<hash of payload>``."""
+    """Build the warmed-up model with ``build()``, or load it from ``cache_dir/<hash of payload>``.
+
+    An entry records the SHA-256 of its weights; one that does not match (flipped bytes, a
+    torn copy) is rebuilt with a warning, never used.
+    """
     path = Path(cache_dir).expanduser() / f"tiny-{cache_key(payload)}" if cache_dir else None
     if path is not None and (path / "done").exists():
-        return LlamaForCausalLM.from_pretrained(path)
+        try:
+            expected = json.loads((path / "done").read_text()).get("weights_sha256")
+        except (OSError, ValueError, AttributeError):
+            expected = None
+        if expected is not None and expected == _weights_sha(path):
+            return LlamaForCausalLM.from_pretrained(path)
+        log.warning("warm-up cache entry %s does not match its recorded checksum; rebuilding it", path)
+        shutil.rmtree(path, ignore_errors=True)
     model = build()
     if path is not None:
         tmp = path.with_name(path.name + f".tmp{random.getrandbits(32)}")
         model.save_pretrained(tmp)
-        (tmp / "done").write_text(json.dumps(payload))
+        (tmp / "done").write_text(json.dumps({**payload, "weights_sha256": _weights_sha(tmp)}))
         try:
             tmp.rename(path)
         except OSError:  # another process won the race; theirs is the same model
-            import shutil
-
             shutil.rmtree(tmp, ignore_errors=True)
     return model

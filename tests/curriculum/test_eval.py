@@ -22,13 +22,19 @@ def test_greedy_and_sampled_eval_are_reproducible(setup):
     solver, tok, env, tasks = setup
     greedy = EvalConfig(per_level=5, max_new_tokens=4)
     a = evaluate_solver(solver, tok, env, tasks, greedy, batch_size=64)
-    assert set(a) == {"eval/accuracy", "eval/accuracy/tier_1", "eval/accuracy/tier_2", "eval/accuracy/tier_3"}
-    assert all(0.0 <= v <= 1.0 for v in a.values())
+    assert set(a) == {"eval/accuracy", "eval/accuracy/tier_1", "eval/accuracy/tier_2", "eval/accuracy/tier_3",
+                      "eval/frontier_level"}
+    assert all(0.0 <= v <= 1.0 for k, v in a.items() if k != "eval/frontier_level")
     assert evaluate_solver(solver, tok, env, tasks, greedy, batch_size=7) == a
-    sampled = EvalConfig(per_level=5, max_new_tokens=4, temperature=1.0, samples=3)
+    sampled = EvalConfig(per_level=5, max_new_tokens=4, greedy=False, temperature=1.0, samples=3)
     b = evaluate_solver(solver, tok, env, tasks, sampled, batch_size=64)
+    assert {k for k in b if k.startswith("eval/mean_at_k")} == {"eval/mean_at_k"} | {f"eval/mean_at_k/tier_{k}" for k in (1, 2, 3)}
+    assert "eval/accuracy" not in b
     torch.rand(5)  # unrelated draws do not change the eval's random stream
     assert evaluate_solver(solver, tok, env, tasks, sampled, batch_size=64) == b
+    both = evaluate_solver(solver, tok, env, tasks, EvalConfig(per_level=5, max_new_tokens=4, temperature=1.0, samples=3),
+                           batch_size=64)
+    assert both == {**a, **b}  # greedy and mean@k from the same streams as alone
 
 
 def test_eval_aggregates_per_tier_and_over_samples(setup, monkeypatch):
@@ -50,15 +56,27 @@ def test_eval_aggregates_per_tier_and_over_samples(setup, monkeypatch):
         return out
 
     monkeypatch.setattr(evaluate, "generate", fake_generate)
-    res = evaluate_solver(solver, tok, env, tasks, EvalConfig(temperature=1.0, samples=2), batch_size=8)
-    assert res["eval/accuracy/tier_1"] == 1.0
-    assert res["eval/accuracy/tier_2"] == 0.5
-    assert res["eval/accuracy/tier_3"] == 0.0
-    assert res["eval/accuracy"] == pytest.approx(0.5)
+    res = evaluate_solver(solver, tok, env, tasks, EvalConfig(greedy=False, temperature=1.0, samples=2), batch_size=8)
+    assert res["eval/mean_at_k/tier_1"] == 1.0
+    assert res["eval/mean_at_k/tier_2"] == 0.5
+    assert res["eval/mean_at_k/tier_3"] == 0.0
+    assert res["eval/mean_at_k"] == pytest.approx(0.5)
+    assert res["eval/frontier_level"] == 2  # the highest level with mean@k >= 0.5
     assert calls[0]["greedy"] is False and calls[0]["seed"] == EvalConfig().seed
 
 
+@pytest.mark.parametrize("tiers,want", [({1: 0.9, 2: 0.6, 3: 0.1}, 2), ({1: 0.4, 2: 0.2}, 0), ({1: 0.2, 2: 0.5, 3: 0.0}, 2),
+                                        ({1: 1.0, 2: 1.0, 3: 0.5}, 3)])
+def test_frontier_level_is_the_highest_level_at_half(tiers, want):
+    from curriculum.evaluate import frontier_level
+
+    report = {"eval/mean_at_k": 0.3, **{f"eval/mean_at_k/tier_{k}": v for k, v in tiers.items()}}
+    assert frontier_level(report, "eval/mean_at_k") == want
+
+
 def test_sampled_eval_config_is_validated():
-    with pytest.raises(ConfigError, match=r"eval.samples \(4\) > 1 needs eval.temperature > 0"):
-        load_config(None, ["eval.samples=4"])
+    with pytest.raises(ConfigError, match=r"eval.samples \(4\) > 0 needs eval.temperature > 0"):
+        load_config(None, ["eval.samples=4", "eval.temperature=0"])
+    with pytest.raises(ConfigError, match="leave nothing to evaluate"):
+        load_config(None, ["eval.greedy=false"])
     assert load_config(None, ["eval.samples=4", "eval.temperature=0.7"]).eval.samples == 4

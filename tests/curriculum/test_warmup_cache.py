@@ -1,0 +1,59 @@
+"""The warm-up cache: its key covers what changes the model, and a damaged entry is rebuilt, never used."""
+import logging
+
+import torch
+
+from curriculum.config import load_config
+from curriculum.engine import tiny
+from curriculum.engine.policy import load_base, warmup_key
+from curriculum.engine.tiny import cache_key
+from curriculum.envs import make_env
+
+SMALL = ["run.device=cpu", "model.tiny.hidden_size=16", "model.tiny.layers=1", "model.tiny.heads=2",
+         "model.warmup.steps=3", "model.warmup.batch_size=4", "env.kwargs={num_levels: 2}"]
+
+
+def key(*overrides):
+    cfg = load_config(None, SMALL + list(overrides))
+    return cache_key(warmup_key(cfg, make_env(cfg.env.name, **cfg.env.kwargs)))
+
+
+def test_key_changes_with_what_changes_the_model(monkeypatch):
+    base = key()
+    assert key("model.warmup.threads=2") != base
+    assert key("run.seed=1") != base
+    assert key("model.warmup.steps=4") != base
+    assert key("run.threads=2") == base  # the warm-up runs on model.warmup.threads whatever the run uses
+    assert key("train.rounds=9") == base
+    monkeypatch.setattr(torch, "__version__", "0.0.0-other")
+    assert key() != base
+
+
+def test_warmup_runs_on_its_own_thread_count(tmp_path, monkeypatch):
+    seen = []
+    real = tiny.warm_up
+    monkeypatch.setattr(tiny, "warm_up", lambda *a, **k: (seen.append(torch.get_num_threads()), real(*a, **k))[1])
+    cfg = load_config(None, SMALL + ["model.warmup.threads=1", f"model.warmup.cache_dir={tmp_path}"])
+    before = torch.get_num_threads()
+    load_base(cfg, make_env("arithmetic", num_levels=2), set(), progress=False)
+    assert seen == [1] and torch.get_num_threads() == before
+
+
+def test_damaged_entry_is_rebuilt(tmp_path, caplog):
+    cfg = load_config(None, SMALL + [f"model.warmup.cache_dir={tmp_path}"])
+    env = make_env("arithmetic", num_levels=2)
+    first, _ = load_base(cfg, env, set(), progress=False)
+    (entry,) = [p for p in tmp_path.iterdir() if p.name.startswith("tiny-")]
+    weights = next(entry.glob("*.safetensors"))
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF  # one flipped bit in the last weight
+    weights.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        again, _ = load_base(cfg, env, set(), progress=False)
+    assert "does not match its recorded checksum" in caplog.text
+    for a, b in zip(first.state_dict().values(), again.state_dict().values()):
+        assert torch.equal(a, b)  # rebuilt, deterministically, not the flipped copy
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_base(cfg, env, set(), progress=False)
+    assert "checksum" not in caplog.text  # the rebuilt entry is intact
