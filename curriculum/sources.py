@@ -40,12 +40,15 @@ class LevelSampler:
         """``n`` generator tasks, none of them in ``exclude`` (the held-out benchmark)."""
         weights = self.weights()
         tasks: list[Task] = []
-        while len(tasks) < n:
+        for _ in range(1000 * max(n, 1)):
+            if len(tasks) == n:
+                return tasks
             level = rng.choices(self.levels, weights=weights)[0] if self.adaptive else rng.randint(1, self.levels[-1])
             task = self.env.sample_task(level, rng)
             if task.text not in exclude:
                 tasks.append(task)
-        return tasks
+        raise RuntimeError(f"drew {len(tasks)} of {n} tasks outside the held-out benchmark in {1000 * n} tries: "
+                           f"levels {self.levels} have (almost) no task left for training")
 
     def observe(self, tasks: Sequence[Task], rates: Sequence[float]) -> None:
         """Fold one solver step's group solve rates into the per-level estimates."""

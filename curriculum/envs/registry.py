@@ -32,16 +32,20 @@ def make_env(name: str, **kwargs) -> Environment:
 
 
 def benchmark(env: Environment, seed: int, per_level: int) -> list[Task]:
-    """The held-out benchmark: ``per_level`` distinct tasks per level from ``seed``."""
+    """The held-out benchmark: ``per_level`` distinct tasks per level from ``seed``.
+
+    A level with fewer than ``2 * per_level`` distinct tasks (ladder level 1 has 100) gives
+    only half of them, so training always has tasks left at every level.
+    """
     rng = random.Random(f"benchmark:{seed}")
     tasks: list[Task] = []
     for level in range(1, env.num_levels + 1):
-        seen: set[str] = set()
+        seen: dict[str, Task] = {}
         for _ in range(per_level * 50):
-            if len(seen) == per_level:
+            if len(seen) == 2 * per_level:
                 break
             task = env.sample_task(level, rng)
-            if task.text not in seen:
-                seen.add(task.text)
-                tasks.append(task)
+            seen.setdefault(task.text, task)
+        found = list(seen.values())
+        tasks += found[: min(per_level, len(found) // 2) if len(found) < 2 * per_level else per_level]
     return tasks
