@@ -20,8 +20,10 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
                 backend: str = "auto", seed: int = 0, dist: SingleProcess | None = None) -> dict[str, float]:
     """Advantages -> clipped-surrogate steps over minibatches -> averaged statistics.
 
-    The behaviour log-probs are computed once, before any step, with the current
-    weights (on-policy sampling), so with one epoch and one minibatch the ratio is 1.
+    The behaviour log-probs are the current weights' (sampling is on-policy). With one epoch
+    and one minibatch the update is on-policy by construction: the ratio is 1 and the old
+    log-probs are the training forward's own, detached, so no extra forward pass is run.
+    Otherwise they are computed once, before any step.
     A step whose loss or gradient is not finite is skipped (weights, optimizer and
     schedule untouched) and counted in ``nonfinite_steps``: one bad batch must not
     poison the weights that the next checkpoint saves.
@@ -34,14 +36,16 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
     device = next(model.parameters()).device
     batch = rollout.to(device)
     adv_n = compute_advantages(batch.rewards, batch.group_ids, loss_cfg.estimator, backend=backend)
+    n = len(batch)
+    mb = loss_cfg.minibatch_size or n
     with torch.no_grad():
-        old_logp_bt, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, backend=backend)
+        old_logp_bt = None
+        if not on_policy(loss_cfg, n):
+            old_logp_bt, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, backend=backend)
         ref_logp_bt = None
         if loss_cfg.kl_coef > 0:
             ref_logp_bt = role.reference_logprobs(batch.input_ids, batch.attention_mask, backend=backend)
 
-    n = len(batch)
-    mb = loss_cfg.minibatch_size or n
     gen = torch.Generator().manual_seed(seed)
     sums: dict[str, float] = defaultdict(float)
     count = skipped = 0
@@ -54,7 +58,7 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
             logp_bt, ent_bt = sequence_logprobs(model, batch.input_ids[idx], batch.attention_mask[idx],
                                                 with_entropy=True, backend=backend)
             loss, stats = policy_loss(
-                logp_bt, old_logp_bt[idx], adv_n[idx], mask_bt,
+                logp_bt, logp_bt.detach() if old_logp_bt is None else old_logp_bt[idx], adv_n[idx], mask_bt,
                 clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high, kl_coef=loss_cfg.kl_coef,
                 ref_logp=None if ref_logp_bt is None else ref_logp_bt[idx],
                 aggregation=loss_cfg.aggregation, backend=backend,
@@ -90,6 +94,11 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
         response_tokens_mean=float(batch.response_mask.sum(-1).mean()),
     )
     return out
+
+
+def on_policy(loss_cfg: LossConfig, n: int) -> bool:
+    """One epoch over one minibatch: every sequence is trained once, by the weights that sampled it."""
+    return loss_cfg.epochs == 1 and (loss_cfg.minibatch_size or n) >= n
 
 
 def _denominator(mask_bt: torch.Tensor, aggregation: str) -> float:
@@ -139,7 +148,7 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, backend
         return sequence_logprobs(model, batch.input_ids[m], batch.attention_mask[m], backend=backend, **kw)
 
     with torch.no_grad():  # behaviour (and reference) log-probs of every planned micro-batch, before any step
-        old = [[logprobs(m.to(device))[0] for m in micros] for _, micros in plan]
+        old = None if on_policy(loss_cfg, n) else [[logprobs(m.to(device))[0] for m in micros] for _, micros in plan]
         ref = None
         if loss_cfg.kl_coef > 0:
             ref = [[role.reference_logprobs(batch.input_ids[m], batch.attention_mask[m], backend=backend)
@@ -154,7 +163,7 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, backend
             mask_bt = batch.response_mask[m]
             logp_bt, ent_bt = logprobs(m, with_entropy=True)
             loss, stats = policy_loss(
-                logp_bt, old[j][k], adv_n[m], mask_bt,
+                logp_bt, logp_bt.detach() if old is None else old[j][k], adv_n[m], mask_bt,
                 clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high, kl_coef=loss_cfg.kl_coef,
                 ref_logp=None if ref is None else ref[j][k], aggregation=loss_cfg.aggregation,
                 backend=backend, norm_len=norm_len,

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from curriculum.config import load_config
@@ -127,3 +128,44 @@ def test_a_nonfinite_step_is_skipped_not_applied(monkeypatch, caplog):
     stats = grpo_update(sv, rollout, cfg.solver.loss, grad_clip=1.0, backend="torch")
     assert stats["nonfinite_steps"] == 0 and stats["optimizer_steps"] == 1
     assert any(not torch.equal(before[k], v) for k, v in snapshot(sv.model).items())
+
+
+def test_on_policy_update_skips_the_old_logprob_pass_with_the_same_loss_and_gradients(monkeypatch):
+    import curriculum.engine.grpo as grpo
+
+    calls = []
+    real = grpo.sequence_logprobs
+    monkeypatch.setattr(grpo, "sequence_logprobs", lambda *a, **k: (calls.append(k.get("with_entropy", False)), real(*a, **k))[1])
+
+    def update(force_old_pass: bool):
+        cfg, tok, roles = tiny_roles([])
+        sv = roles["solver"]
+        rollout = rollout_for(sv, tok, lambda t: float(len(t) % 2))
+        monkeypatch.setattr(grpo, "on_policy", lambda *a: not force_old_pass)
+        calls.clear()
+        grads = {}
+        real_step = sv.optimizer.step
+
+        def step(*a, **k):  # the gradients the optimizer sees
+            grads.update({i: p.grad.detach().clone() for i, p in enumerate(sv.params) if p.grad is not None})
+            return real_step(*a, **k)
+
+        sv.optimizer.step = step
+        stats = grpo.grpo_update(sv, rollout, cfg.solver.loss, grad_clip=0.0, backend="torch")
+        return stats, grads, list(calls)
+
+    new_stats, new_grads, new_calls = update(force_old_pass=False)
+    old_stats, old_grads, old_calls = update(force_old_pass=True)
+    assert new_calls == [True] and old_calls == [False, True]  # one forward instead of two
+    assert new_stats["loss"] == pytest.approx(old_stats["loss"], abs=1e-6)
+    assert new_grads.keys() == old_grads.keys()
+    for i in new_grads:
+        assert torch.allclose(new_grads[i], old_grads[i], atol=1e-6, rtol=1e-5)
+
+
+def test_on_policy_rule():
+    from curriculum.config import LossConfig
+    from curriculum.engine.grpo import on_policy
+
+    assert on_policy(LossConfig(), 64) and on_policy(LossConfig(minibatch_size=64), 64)
+    assert not on_policy(LossConfig(epochs=2), 64) and not on_policy(LossConfig(minibatch_size=32), 64)
