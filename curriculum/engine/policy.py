@@ -118,7 +118,7 @@ def warmup_key(cfg: Config, env, challenger_prompt=None) -> dict:
             "env": cfg.env.name, "env_kwargs": dict(cfg.env.kwargs), "seed": cfg.run.seed,
             "eval": [cfg.eval.seed, cfg.eval.per_level], "references": references,
             "example_prompt": challenger_prompt([]) if references else env.challenger_prompt(),
-            "torch": torch.__version__, "transformers": transformers.__version__, "version": 2}
+            "torch": torch.__version__, "transformers": transformers.__version__, "version": 3}
 
 
 def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_prompt=None):

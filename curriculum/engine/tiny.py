@@ -100,6 +100,40 @@ def encode_pairs(tokenizer, pairs: list[tuple[str, str]]):
     return ids, attn, loss_mask
 
 
+def length_buckets(lengths: list[int], slack: float = 1.5) -> list[list[int]]:
+    """Indices grouped by length, shortest first; a group ends where a length passes ``slack`` x its shortest.
+
+    Short solver examples then do not pad to the length of long reference-conditioned
+    challenger prompts, which would make a batch several times more expensive.
+    """
+    groups: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if not groups or lengths[i] > slack * lengths[groups[-1][0]]:
+            groups.append([])
+        groups[-1].append(i)
+    return groups
+
+
+def batch_loss(model, tokenizer, pairs: list[tuple[str, str]]) -> torch.Tensor:
+    """Mean cross-entropy over the completion tokens of ``pairs``, backpropagated bucket by bucket.
+
+    The same loss and gradient as one padded batch (each bucket's token sum is divided by the
+    whole batch's token count); returns the loss, detached.
+    """
+    lengths = [len(tokenizer.encode(p + c, add_special_tokens=False)) for p, c in pairs]
+    buckets = [encode_pairs(tokenizer, [pairs[i] for i in b]) for b in length_buckets(lengths)]
+    tokens = sum(int(mask[:, 1:].sum()) for _, _, mask in buckets)
+    total = 0.0
+    for ids, attn, mask in buckets:
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        labels = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1),
+                                                 ignore_index=-100, reduction="sum") / tokens
+        loss.backward()
+        total += float(loss.detach())
+    return torch.tensor(total)
+
+
 def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, solver_max_level: int,
             seed: int, exclude: set[str], challenger_fraction: float = 0.5, references: int = 0,
             challenger_prompt: Callable[[list], str] | None = None, progress: bool = False) -> list[float]:
@@ -115,10 +149,7 @@ def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, so
     for _ in tqdm(range(steps), desc="warm-up", disable=not progress, leave=False):
         pairs = warmup_examples(env, rng, batch_size, solver_max_level, exclude, challenger_fraction, references,
                                 challenger_prompt)
-        ids, attn, loss_mask = encode_pairs(tokenizer, pairs)
-        labels = ids.masked_fill(loss_mask == 0, -100)
-        loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-        loss.backward()
+        loss = batch_loss(model, tokenizer, pairs)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()

@@ -1,6 +1,7 @@
 """The warm-up cache: its key covers what changes the model, and a damaged entry is rebuilt, never used."""
 import logging
 
+import pytest
 import torch
 
 from curriculum.config import load_config
@@ -57,3 +58,22 @@ def test_damaged_entry_is_rebuilt(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         load_base(cfg, env, set(), progress=False)
     assert "checksum" not in caplog.text  # the rebuilt entry is intact
+
+
+def test_bucketed_warmup_loss_and_gradient_equal_one_padded_batch():
+    from curriculum.engine.tiny import batch_loss, build_model, build_tokenizer, encode_pairs, length_buckets
+
+    assert length_buckets([10, 3, 4, 30, 11, 5]) == [[1, 2], [5], [0, 4], [3]]
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    model = build_model(tok, 16, 1, 2, 64)
+    pairs = [("7394=", "363"), ("L:12\nL:345\nL:", "6789"), ("12=", "3"), ("L:1234567\nL:7654321\nL:", "99999")]
+    loss = batch_loss(model, tok, pairs)
+    bucketed = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    ids, attn, mask = encode_pairs(tok, pairs)
+    whole = model(input_ids=ids, attention_mask=attn, labels=ids.masked_fill(mask == 0, -100)).loss
+    whole.backward()
+    assert float(loss) == pytest.approx(float(whole), rel=1e-5)
+    for n, p in model.named_parameters():
+        assert torch.allclose(p.grad, bucketed[n], atol=1e-6), n
