@@ -321,18 +321,34 @@ def is_resumable(key: str) -> bool:
     return any(key == k or (k.endswith(".") and key.startswith(k)) for k in RESUMABLE_KEYS)
 
 
-def valid_keys(cls=Config, prefix: str = "") -> dict[str, str]:
-    """Every dotted key of ``cls`` mapped to its comment (the field's doc)."""
+@dataclass(frozen=True)
+class KeySpec:
+    """One dotted config key: its type as annotated, its default, and its doc comment."""
+
+    type: str
+    default: Any
+    doc: str
+
+
+def key_specs(cls=Config, prefix: str = "") -> dict[str, KeySpec]:
+    """Every dotted key of ``cls`` with its type, default and doc, in declaration order."""
     docs = _field_docs(cls)
-    out: dict[str, str] = {}
+    out: dict[str, KeySpec] = {}
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         sub = _dataclass_type(f)
         if sub is not None:
-            out.update(valid_keys(sub, key + "."))
+            out.update(key_specs(sub, key + "."))
         else:
-            out[key] = docs.get(f.name, "")
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+            out[key] = KeySpec(kind, default, docs.get(f.name, ""))
     return out
+
+
+def valid_keys(cls=Config, prefix: str = "") -> dict[str, str]:
+    """Every dotted key of ``cls`` mapped to its comment (the field's doc)."""
+    return {k: spec.doc for k, spec in key_specs(cls, prefix).items()}
 
 
 def _dataclass_type(f: dataclasses.Field):

@@ -9,22 +9,19 @@ import re
 import sys
 from pathlib import Path
 
-from omegaconf import OmegaConf
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from curriculum.config import Config, _flatten, valid_keys  # noqa: E402
+from curriculum.config import key_specs  # noqa: E402
 
 START, END = "<!-- config-table:start -->", "<!-- config-table:end -->"
 
 
 def table() -> str:
-    defaults = _flatten(OmegaConf.to_container(OmegaConf.structured(Config)))
     rows = ["| key | default | meaning |", "|---|---|---|"]
-    for key, doc in valid_keys().items():
-        value = defaults.get(key)
+    for key, spec in key_specs().items():
+        value = spec.default
         shown = "`" + (repr(value) if isinstance(value, str) else str(value)) + "`"
-        rows.append(f"| `{key}` | {shown} | {doc} |")
+        rows.append(f"| `{key}` | {shown} | {spec.doc} |")
     return "\n".join(rows)
 
 

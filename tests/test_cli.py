@@ -1,12 +1,19 @@
-"""The real CLI in a subprocess: a couple of tiny rounds, then resume, eval and status."""
+"""The real CLI in a subprocess: a couple of tiny rounds, then resume, eval and status; and the
+commands that train nothing (status, validate, config-keys, --help, --version) on their own."""
+import functools
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from curriculum.checkpoint import CheckpointManager
+from curriculum.config import load_config, to_yaml, valid_keys
+from curriculum.rundir import RunDir, RunLock
 from tests.conftest import TINY_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +28,14 @@ def selfplay(*args, check=True):
     return proc
 
 
+def assert_quiet(proc):
+    """No library noise: no deprecation warnings, and deepspeed (which announces its accelerator
+    when imported) stays unimported in a distributed.engine=torch run."""
+    out = proc.stdout + proc.stderr
+    for noise in ("Warning:", "is deprecated", "Setting accelerator to CPU"):
+        assert noise not in out, f"{noise!r} in the output of a CPU run:\n{out[-3000:]}"
+
+
 def metrics(run: Path) -> list[dict]:
     return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
 
@@ -33,7 +48,8 @@ def strip_times(records):
 def test_train_resume_eval_status(tmp_path):
     run = tmp_path / "run"
     common = TINY_OVERRIDES + [f"model.warmup.cache_dir={tmp_path / 'cache'}", "wandb.mode=offline"]
-    selfplay("train", "configs/demo_cpu.yaml", *common, "train.rounds=2", "--run-dir", run)
+    first = selfplay("train", "configs/demo_cpu.yaml", *common, "train.rounds=2", "--run-dir", run)
+    assert_quiet(first)
 
     assert (run / "config.yaml").is_file()
     recs = metrics(run)
@@ -66,12 +82,13 @@ def test_train_resume_eval_status(tmp_path):
     assert state["wandb_id"] == first["wandb_id"]
 
     out = selfplay("eval", run)
+    assert_quiet(out)
     result = json.loads(out.stdout[out.stdout.index("{"):])
     assert result["round"] == 3 and 0.0 <= result["eval/accuracy"] <= 1.0
     logged = [r for r in metrics(run) if r["phase"] == "eval" and r["round"] == 3][0]
     assert result["eval/accuracy"] == logged["eval/accuracy"]  # same checkpoint, same score
 
-    status = selfplay("status", run)
+    status = selfplay("status", run, "--json")
     info = json.loads(status.stdout.strip().splitlines()[-1])
     assert info["round"] == 3 and info["finished"] is True
     assert info["rounds"] == 3  # config.yaml follows train.rounds=3 given on resume
@@ -140,3 +157,150 @@ def test_plugins_from_the_readme_train_and_resume(tmp_path):
     bad_kwargs = selfplay("train", "configs/demo_cpu.yaml", *common, "env.kwargs={colour: red}",
                           "--run-dir", tmp_path / "bad", check=False)
     assert bad_kwargs.returncode == 2 and "env.kwargs do not fit environment 'reverse'" in bad_kwargs.stderr
+
+
+@pytest.mark.slow
+def test_a_lora_run_from_a_model_directory_is_quiet(tmp_path):
+    """from_pretrained (model.path, eval) and peft (LoRA) print no deprecation warnings."""
+    common = TINY_OVERRIDES + [f"model.warmup.cache_dir={tmp_path / 'cache'}", "train.rounds=1"]
+    assert_quiet(selfplay("train", "configs/demo_cpu.yaml", *common, "--run-dir", tmp_path / "base"))
+    model = tmp_path / "base" / "checkpoints" / "round_0001" / "solver"
+    lora = tmp_path / "lora"
+    assert_quiet(selfplay("train", "configs/demo_cpu.yaml", *common, f"model.path={model}", "model.lora.enabled=true",
+                          "--run-dir", lora))
+    assert_quiet(selfplay("eval", lora))
+
+
+# ----------------------------------------------------------------------------- fast: no training
+
+
+def make_run(path: Path, rounds: int, reached: int | None = None, finished: bool = False) -> Path:
+    """A run directory as status reads it: config.yaml (train.rounds only), a checkpoint after round ``reached``."""
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(f"train:\n  rounds: {rounds}\n")
+    if reached is not None:
+        CheckpointManager(path / "checkpoints").save(f"round_{reached:04d}", lambda tmp: None,
+                                                     {"round": reached, "finished": finished})
+    return path
+
+
+def test_version():
+    from importlib.metadata import version
+
+    out = selfplay("--version")
+    assert out.stdout == f"selfplay {version('selfplay-curriculum')}\n"
+
+
+def test_version_without_an_install_comes_from_pyproject(monkeypatch):
+    from importlib import metadata
+
+    from curriculum import cli
+
+    installed = metadata.version("selfplay-curriculum")  # this checkout, installed editable
+
+    def not_installed(name):
+        raise metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(metadata, "version", not_installed)
+    assert cli._version() == installed
+
+
+def test_status_table_json_and_errors(tmp_path):
+    done = make_run(tmp_path / "runs" / "done", rounds=3, reached=3, finished=True)
+    live = make_run(tmp_path / "runs" / "live", rounds=6, reached=1)
+    make_run(tmp_path / "runs" / "fresh", rounds=2)
+    with RunLock(RunDir(live)):  # as a trainer holds it
+        table = selfplay("status", "--root", tmp_path / "runs").stdout.splitlines()
+        lines = selfplay("status", "--root", tmp_path / "runs", "--json").stdout.splitlines()
+    assert table[0].split() == ["RUN", "STATE", "ROUND", "CHECKPOINT", "INFO"]
+    rows = {Path(line.split()[0]).name: line.split()[1:] for line in table[1:]}
+    assert rows == {"done": ["finished", "3/3", "round_0003"],
+                    "fresh": ["new", "0/2", "-"],
+                    "live": ["running", "1/6", "round_0001", f"{os.getpid()}@{socket.gethostname()}"]}
+    statuses = {Path(s["run"]).name: s for s in map(json.loads, lines)}
+    assert statuses["done"]["checkpoint"] == str(done / "checkpoints" / "round_0003")
+    assert statuses["live"]["state"] == "running" and statuses["live"]["pid"] == os.getpid()
+
+    one = selfplay("status", done, "--json").stdout.splitlines()
+    assert len(one) == 1 and json.loads(one[0])["state"] == "finished"
+
+    nope = selfplay("status", tmp_path / "nope", check=False)
+    assert nope.returncode == 2 and nope.stdout == ""
+    assert nope.stderr.splitlines() == [f"selfplay: {tmp_path / 'nope'} has no config.yaml; is it a run directory?"]
+
+    empty = selfplay("status", "--root", tmp_path / "elsewhere")
+    assert empty.stdout == f"no runs under {tmp_path / 'elsewhere'} (a run directory holds config.yaml)\n"
+    assert selfplay("status", "--root", tmp_path / "elsewhere", "--json").stdout == ""
+
+
+def test_config_keys_show_type_default_and_meaning():
+    plain = selfplay("config-keys", "--plain").stdout.splitlines()
+    keys = {row.split("\t")[0]: row.split("\t")[1:] for row in plain}
+    assert list(keys) == list(valid_keys())
+    assert keys["train.rounds"] == ["int", "6", "Number of rounds."]
+    assert keys["run.dir"][:2] == ["str", "runs/demo"]
+    assert keys["model.path"][:2] == ["str", '""']
+    assert keys["model.lora.enabled"][:2] == ["bool", "false"]
+    assert keys["model.lora.target_modules"][:2] == ["list[str]", '["q_proj", "k_proj", "v_proj", "o_proj"]']
+    assert keys["env.kwargs"][:2] == ["dict[str, Any]", "{}"]
+
+    table = selfplay("config-keys").stdout.splitlines()
+    assert table[0].split() == ["KEY", "TYPE", "DEFAULT", "MEANING"]
+    assert next(line for line in table if line.startswith("train.rounds ")).split() == \
+        ["train.rounds", "int", "6", "Number", "of", "rounds."]
+
+
+def test_validate_checks_without_building(tmp_path):
+    run = tmp_path / "run"
+    ok = selfplay("validate", "configs/demo_cpu.yaml", "train.rounds=3", "model.lora.enabled=true", "--run-dir", run)
+    summary = ok.stdout.splitlines()
+    assert summary[0] == "config OK"
+    assert {line.split(":", 1)[0].strip(): line.split(":", 1)[1].strip() for line in summary[1:]} == {
+        "run dir": str(run), "env": "arithmetic(num_levels=6, max_digits=1)", "mode": "selfplay", "rounds": "3",
+        "model": "embedded tiny (2 layers, hidden 128, 4 heads), float32, LoRA r=8", "engine": "torch on cpu"}
+    assert not run.exists()  # nothing built, nothing written
+
+    # `train --dry-run` is the same check; overrides may follow the option.
+    dry = selfplay("train", "configs/demo_cpu.yaml", "--run-dir", run, "--dry-run", "train.rounds=3",
+                   "model.lora.enabled=true")
+    assert dry.stdout == ok.stdout and not run.exists()
+
+    for bad, message in ((["train.round=2"], "did you mean train.rounds?"),
+                         (["curriculum.band_low=0.9", "curriculum.band_high=0.1"], "curriculum.band_low (0.9)"),
+                         (["run.plugins=[nowhere.py]"], "run.plugins: cannot import")):
+        proc = selfplay("validate", "configs/demo_cpu.yaml", *bad, check=False)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert len(proc.stderr.splitlines()) == 1 and message in proc.stderr, proc.stderr
+
+
+def test_resume_dry_run_writes_nothing(tmp_path):
+    run = make_run(tmp_path / "run", rounds=2, reached=2, finished=True)
+    before = to_yaml(load_config(ROOT / "configs" / "demo_cpu.yaml", ["train.rounds=2", f"run.dir={run}"]))
+    (run / "config.yaml").write_text(before)
+    dry = selfplay("train", "--resume", run, "train.rounds=4", "--dry-run")
+    assert "rounds:   4" in dry.stdout and "(resume; changing train.rounds)" in dry.stdout
+    assert (run / "config.yaml").read_text() == before
+    refused = selfplay("train", "--resume", run, "solver.group_size=4", "--dry-run", check=False)
+    assert refused.returncode == 2 and "solver.group_size" in refused.stderr
+
+
+def test_help_is_plain_text_and_lists_every_command(capsys):
+    from curriculum.cli import build_parser
+
+    out = selfplay("--help").stdout
+    assert "``" not in out and "examples:" in out
+    for command in ("train", "validate", "eval", "status", "dashboard", "config-keys"):
+        assert re.search(rf"^    {command}\s", out, flags=re.M), f"{command} missing from --help"
+        with pytest.raises(SystemExit):
+            build_parser().parse_args([command, "--help"])
+        assert "``" not in capsys.readouterr().out
+
+
+def test_omp_wait_policy_defaults_to_passive_before_torch_loads():
+    code = "import os, sys, curriculum.cli; print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    env["PYTHONPATH"] = str(ROOT)
+    run = functools.partial(subprocess.run, [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                            check=True)
+    assert run(env=env).stdout.split() == ["PASSIVE", "False"]  # set, and torch not yet loaded
+    assert run(env={**env, "OMP_WAIT_POLICY": "ACTIVE"}).stdout.split() == ["ACTIVE", "False"]  # the user's wins

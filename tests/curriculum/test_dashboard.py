@@ -310,3 +310,20 @@ def test_a_failing_dashboard_never_stops_training(tmp_path, monkeypatch, caplog)
                                  cfg=types.SimpleNamespace(log=types.SimpleNamespace(dashboard=True)))
     SelfPlayTrainer.write_dashboard(fake)  # logs, does not raise
     assert "could not write the dashboard" in caplog.text
+
+
+def test_cli_dashboard_on_a_busy_port_says_so_in_one_line(tmp_path, capsys):
+    import socket
+
+    from curriculum.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("train:\n  rounds: 1\n")
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code = main(["dashboard", str(run), "--serve", "--port", str(port)])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == f"selfplay: port {port} is in use; pick another with --port"
