@@ -99,22 +99,35 @@ class CheckpointManager:
         return sorted(p.name for p in self.dir.iterdir() if p.is_dir() and NAME.fullmatch(p.name))
 
     def verify(self, path: Path) -> str | None:
-        """None if complete and intact, else what is wrong."""
+        """None if complete and intact, else what is wrong.
+
+        The manifest must list every file in the checkpoint, ``state.json`` among them, each
+        with its size and SHA-256, and every file must match: an empty or edited manifest,
+        a file added, missing, truncated or flipped, all make the checkpoint unusable.
+        """
         manifest = path / MANIFEST
         if not manifest.is_file():
             return "missing manifest.json"
         try:
             files = json.loads(manifest.read_text())["files"]
-        except (ValueError, KeyError) as exc:
-            return f"unreadable manifest: {exc}"
-        for rel, meta in files.items():
-            p = path / rel
-            if not p.is_file():
-                return f"missing {rel}"
-            if p.stat().st_size != meta["bytes"]:
-                return f"{rel} has {p.stat().st_size} bytes, manifest says {meta['bytes']}"
-            if _sha256(p) != meta["sha256"]:
-                return f"{rel} does not match its checksum"
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            return f"unreadable manifest: {type(exc).__name__}: {exc}"
+        if not isinstance(files, dict) or "state.json" not in files or not all(
+                isinstance(m, dict) and isinstance(m.get("bytes"), int) and isinstance(m.get("sha256"), str)
+                for m in files.values()):
+            return "manifest.json is not a list of files with their sizes and checksums (state.json among them)"
+        try:
+            present = {str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()} - {MANIFEST}
+            if present != set(files):
+                return f"files differ from the manifest: {sorted(present ^ set(files))[:5]}"
+            for rel, meta in files.items():
+                p = path / rel
+                if p.stat().st_size != meta["bytes"]:
+                    return f"{rel} has {p.stat().st_size} bytes, manifest says {meta['bytes']}"
+                if _sha256(p) != meta["sha256"]:
+                    return f"{rel} does not match its checksum"
+        except OSError as exc:
+            return f"unreadable: {exc}"
         return None
 
     def latest(self) -> Path | None:

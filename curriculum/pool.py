@@ -34,7 +34,13 @@ class PoolEntry:
 
     @classmethod
     def from_dict(cls, d: dict) -> "PoolEntry":
-        return cls(Task.from_dict(d["task"]), float(d["solve_rate"]), int(d["round_added"]), d["proposal"], int(d["uses"]))
+        """An entry of a saved pool; nonsense (a rate outside [0, 1], a level below 1) is a ValueError."""
+        entry = cls(Task.from_dict(d["task"]), float(d["solve_rate"]), int(d["round_added"]), str(d["proposal"]),
+                    int(d["uses"]))
+        if not (0.0 <= entry.solve_rate <= 1.0 and entry.task.level >= 1 and entry.round_added >= 0
+                and entry.uses >= 0 and isinstance(entry.task.text, str) and entry.task.text):
+            raise ValueError(f"pool entry {d!r:.200} has values out of range")
+        return entry
 
 
 SAMPLERS: dict[str, Callable[[Sequence[PoolEntry]], list[float]]] = {}

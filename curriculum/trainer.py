@@ -27,7 +27,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from challenger.role import Challenger, Proposal
 from curriculum import dashboard
 from curriculum.checkpoint import atomic_write, read_state
-from curriculum.config import Config, to_yaml
+from curriculum.config import Config, diff_keys, is_resumable, load_config, to_yaml
 from curriculum.engine.distributed import check_world, full_parameters, init_dist, run_sharded, wrap_deepspeed
 from curriculum.engine.grpo import grpo_update
 from curriculum.engine.policy import ROLES, build_roles, load_base, load_role_weights, resolve_device, save_role
@@ -142,6 +142,11 @@ class SelfPlayTrainer:
                                       f"`selfplay train --resume {self.rundir.path}` or choose another run.dir")
                 if not resume:  # a run that died before its first checkpoint starts over
                     self.rundir.metrics.unlink(missing_ok=True)
+                elif self.rundir.config.read_text() != to_yaml(self.cfg):
+                    # The run now follows the changed resumable keys (say train.rounds): so do
+                    # the next resume, `selfplay status` and the dashboard.
+                    atomic_write(self.rundir.config, to_yaml(self.cfg))
+                    log.info("config.yaml updated with the resumable keys changed on resume")
             except ConfigError as exc:
                 error = str(exc)
         error = self.dist.broadcast_object(error)
@@ -529,6 +534,7 @@ class SelfPlayTrainer:
             torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, tmp / "rng.pt")
             (tmp / "pool.json").write_text(json.dumps(self.pool.state_dict()))
+            (tmp / "config.yaml").write_text(to_yaml(self.cfg))  # what a resume must agree with
             (tmp / "round_tasks.json").write_text(json.dumps(self.task_log))
             self.last_checkpoint = self.ckpt.finish(name, tmp, state)
         # Also a barrier: no rank runs ahead of (or exits before) a complete checkpoint.
@@ -554,11 +560,23 @@ class SelfPlayTrainer:
             raise RuntimeError(f"ranks out of sync at round {self.round} stage {self.stage}: "
                                + ", ".join(f"rank {i}: {p[:12]}" for i, p in enumerate(prints)))
 
+    def _check_resumed_config(self, path) -> None:
+        """Refuse a resume whose config differs from the checkpoint's in keys that would break the run
+        (also when RUN_DIR/config.yaml itself was edited)."""
+        saved = path / "config.yaml"
+        if not saved.is_file():  # checkpoints of older versions
+            return
+        refused = [k for k in diff_keys(load_config(saved), self.cfg) if not is_resumable(k)]
+        if refused:
+            raise ConfigError(f"{path} was trained with other values of {', '.join(refused)}; these keys cannot "
+                              "change on resume (was config.yaml edited?). Restore them, or start a new run.")
+
     def _restore(self) -> tuple[str | None, int]:
         path = self.dist.broadcast_object(self.ckpt.latest() if self.dist.is_main else None)
         if path is None:
             raise FileNotFoundError(f"no complete checkpoint under {self.ckpt.dir}")
         log.info("resuming from %s", path)
+        self._check_resumed_config(path)
         state = read_state(path)
         for name, role in self.roles.items():
             with full_parameters(role, modifier_rank=0):
@@ -570,7 +588,11 @@ class SelfPlayTrainer:
         torch.set_rng_state(rng["torch"])
         if rng["cuda"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
-        self.pool.load_state_dict(json.loads((path / "pool.json").read_text()))
+        try:
+            self.pool.load_state_dict(json.loads((path / "pool.json").read_text()))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{path / 'pool.json'} holds a pool this run cannot have written ({exc}); "
+                              "move that checkpoint aside to resume from the one before") from exc
         self.task_log = json.loads((path / "round_tasks.json").read_text())
         self.round = int(state["round"])
         self.stage = int(state["stage"])

@@ -1,5 +1,7 @@
 import logging
 
+import pytest
+
 from curriculum.checkpoint import CheckpointManager, read_state
 
 
@@ -60,3 +62,50 @@ def test_interrupted_write_leaves_previous(tmp_path):
         pass
     assert m.latest().name == "round_0000"
     assert m.names() == ["round_0000"]
+
+
+def _two_rounds(tmp_path):
+    m = CheckpointManager(tmp_path / "ck", keep_last=5)
+    for r in range(2):
+        m.save(f"round_{r:04d}", write_files(bytes([r]) * 64), {"round": r})
+    return m, tmp_path / "ck" / "round_0001"
+
+
+@pytest.mark.parametrize("manifest,why", [
+    ("", "unreadable manifest"),
+    ("[]", "unreadable manifest"),
+    ('{"files": {}}', "not a list of files"),
+    ('{"files": []}', "not a list of files"),
+    ('{"files": {"state.json": {"bytes": "12", "sha256": 3}}}', "not a list of files"),
+    ('{"name": "round_0001"}', "unreadable manifest"),
+])
+def test_malformed_manifest_is_skipped_not_trusted(tmp_path, caplog, manifest, why):
+    m, newest = _two_rounds(tmp_path)
+    (newest / "manifest.json").write_text(manifest)
+    with caplog.at_level(logging.WARNING):
+        assert m.latest().name == "round_0000"
+    assert why in caplog.text and "round_0001" in caplog.text
+
+
+def test_a_file_the_manifest_does_not_list_makes_it_unusable(tmp_path):
+    m, newest = _two_rounds(tmp_path)
+    (newest / "extra.safetensors").write_bytes(b"\x00" * 8)
+    assert "differ from the manifest" in m.verify(newest)
+    assert m.latest().name == "round_0000"
+
+
+def test_only_exact_checkpoint_names_count(tmp_path):
+    import shutil
+
+    m, newest = _two_rounds(tmp_path)
+    shutil.copytree(newest, tmp_path / "ck" / "round_0002.bak")
+    shutil.copytree(newest, tmp_path / "ck" / "round_9")
+    assert m.names() == ["round_0000", "round_0001"] and m.latest().name == "round_0001"
+    with pytest.raises(ValueError, match="does not match"):
+        m.save("round_1.bak", write_files(b"x"), {})
+
+
+def test_readers_create_nothing(tmp_path):
+    m = CheckpointManager(tmp_path / "nowhere")
+    assert m.names() == [] and m.latest() is None
+    assert not (tmp_path / "nowhere").exists()

@@ -45,3 +45,13 @@ def test_sample_small_pool_and_state_roundtrip():
     clone.load_state_dict(pool.state_dict())
     assert clone.state_dict() == pool.state_dict()
     assert TaskPool(10, 5).sample(3, random.Random(0)) == []
+
+
+def test_nonsense_pool_values_are_refused_on_load():
+    import pytest
+
+    good = entry("a", 0.5).to_dict()
+    for bad in ({**good, "solve_rate": 7.0}, {**good, "solve_rate": float("nan")}, {**good, "uses": -1},
+                {**good, "task": {**good["task"], "level": 0}}, {**good, "task": {**good["task"], "text": ""}}):
+        with pytest.raises(ValueError, match="out of range"):
+            TaskPool(10, 5).load_state_dict({"entries": [bad]})
