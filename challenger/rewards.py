@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 import torch
-from sacrebleu.metrics.bleu import BLEU, MAX_NGRAM_ORDER
+from sacrebleu.metrics.bleu import MAX_NGRAM_ORDER
 from sacrebleu.metrics.helpers import extract_all_word_ngrams
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import squareform

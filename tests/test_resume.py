@@ -1,5 +1,4 @@
 """Stop anywhere, resume exactly: SIGKILL at random moments, SIGTERM mid-phase, corrupt checkpoints."""
-import json
 import os
 import random
 import signal
