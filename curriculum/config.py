@@ -73,6 +73,9 @@ class WarmupConfig:
     lr: float = 3e-3
     # Solver examples come from levels 1..solver_max_level (the rest must be learned by RL).
     solver_max_level: int = 3
+    # Weight of solver examples of level L: level_decay ** (L - 1); below 1 the top levels are seen
+    # less (learned in part, a frontier for RL to push); 1 = uniform.
+    level_decay: float = 1.0
     # Share of warm-up examples that teach the challenger's proposal format.
     challenger_fraction: float = 0.5
     # torch threads of the warm-up, whatever run.threads says: the warmed-up model (and the cache
@@ -547,6 +550,7 @@ def validate(cfg: Config) -> None:
         need(Path(cfg.model.path).expanduser().is_dir(), f"model.path {cfg.model.path!r} is not a local directory (nothing is downloaded)")
     need(0.0 <= cfg.model.warmup.challenger_fraction <= 1.0,
          f"model.warmup.challenger_fraction ({cfg.model.warmup.challenger_fraction}) must be in [0, 1]")
+    need(0 < cfg.model.warmup.level_decay <= 1, f"model.warmup.level_decay ({cfg.model.warmup.level_decay}) must be in (0, 1]")
     need(cfg.model.warmup.threads >= 1, f"model.warmup.threads ({cfg.model.warmup.threads}) must be >= 1")
     need(cfg.model.warmup.solver_max_level >= 1, f"model.warmup.solver_max_level ({cfg.model.warmup.solver_max_level}) must be >= 1")
 

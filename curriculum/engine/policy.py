@@ -150,7 +150,7 @@ def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_pr
             tiny.warm_up(model, tokenizer, env, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
                          solver_max_level=min(w.solver_max_level, env.num_levels), seed=cfg.run.seed,
                          exclude=exclude, challenger_fraction=w.challenger_fraction, references=cfg.curriculum.references,
-                         challenger_prompt=challenger_prompt, progress=progress)
+                         challenger_prompt=challenger_prompt, level_decay=w.level_decay, progress=progress)
         finally:
             torch.set_num_threads(threads)
         return model

@@ -54,7 +54,8 @@ def build_model(tokenizer, hidden_size: int, layers: int, heads: int, max_positi
 
 def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, exclude: set[str],
                     challenger_fraction: float = 0.5, references: int = 0,
-                    challenger_prompt: Callable[[list], str] | None = None) -> list[tuple[str, str]]:
+                    challenger_prompt: Callable[[list], str] | None = None,
+                    level_decay: float = 1.0) -> list[tuple[str, str]]:
     """(prompt, completion) pairs: proposals (``challenger_fraction``) and solved tasks.
 
     Challenger examples span every level, so the challenger can propose what the
@@ -62,7 +63,11 @@ def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, excl
     ``references`` > 0, a proposal of level L follows ``challenger_prompt(refs)`` whose
     reference tasks lie at levels L-1..L+1: the challenger learns to propose near the
     level of its references, the handle that reference tasks from the pool then pull.
+    Solver examples of level L come with weight ``level_decay ** (L - 1)``: below 1, the
+    top level is seen less, so it is learned only in part.
     """
+    levels = list(range(1, solver_max_level + 1))
+    weights = [level_decay ** (k - 1) for k in levels]
     out = []
     while len(out) < n:
         if rng.random() < challenger_fraction:
@@ -74,7 +79,8 @@ def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, excl
                 prompt = challenger_prompt([env.sample_task(k, rng) for k in near])
             out.append((prompt, env.format_proposal(task)))
         else:
-            task = env.sample_task(rng.randint(1, solver_max_level), rng)
+            level = rng.randint(1, solver_max_level) if level_decay == 1.0 else rng.choices(levels, weights)[0]
+            task = env.sample_task(level, rng)
             if task.text in exclude:
                 continue
             out.append((env.solver_prompt(task), env.format_answer(task)))
@@ -136,7 +142,8 @@ def batch_loss(model, tokenizer, pairs: list[tuple[str, str]]) -> torch.Tensor:
 
 def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, solver_max_level: int,
             seed: int, exclude: set[str], challenger_fraction: float = 0.5, references: int = 0,
-            challenger_prompt: Callable[[list], str] | None = None, progress: bool = False) -> list[float]:
+            challenger_prompt: Callable[[list], str] | None = None, level_decay: float = 1.0,
+            progress: bool = False) -> list[float]:
     """Supervised steps on generator examples; returns the loss curve."""
     from tqdm.auto import tqdm
 
@@ -148,7 +155,7 @@ def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, so
     losses = []
     for _ in tqdm(range(steps), desc="warm-up", disable=not progress, leave=False):
         pairs = warmup_examples(env, rng, batch_size, solver_max_level, exclude, challenger_fraction, references,
-                                challenger_prompt)
+                                challenger_prompt, level_decay)
         loss = batch_loss(model, tokenizer, pairs)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
