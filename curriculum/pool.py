@@ -6,6 +6,8 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Callable, Sequence
 
+import torch
+
 from curriculum.envs.base import Task
 
 
@@ -41,6 +43,26 @@ class PoolEntry:
                 and entry.uses >= 0 and isinstance(entry.task.text, str) and entry.task.text):
             raise ValueError(f"pool entry {d!r:.200} has values out of range")
         return entry
+
+
+def near_band(p: float, m: int, low: float, high: float, z: float = 1.5) -> bool:
+    """Whether a solve rate measured on ``m`` samples lies within ``z`` standard errors of a band edge
+    (admission is then a coin flip: more samples decide it).
+
+    The standard error uses p clipped to [1/2m, 1 - 1/2m], so 0/m and m/m are not certain.
+    """
+    q = min(max(p, 0.5 / m), 1 - 0.5 / m)
+    se = (q * (1 - q) / m) ** 0.5
+    return abs(p - low) <= z * se or abs(p - high) <= z * se
+
+
+def quantiles(values: list[float], prefix: str) -> dict[str, float]:
+    """``{prefix}_mean`` and the 10th, 50th and 90th percentiles of ``values`` (nothing if empty)."""
+    if not values:
+        return {}
+    t = torch.tensor(values, dtype=torch.float64)
+    qs = torch.quantile(t, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
+    return {f"{prefix}_mean": float(t.mean()), f"{prefix}_p10": qs[0], f"{prefix}_p50": qs[1], f"{prefix}_p90": qs[2]}
 
 
 SAMPLERS: dict[str, Callable[[Sequence[PoolEntry]], list[float]]] = {}

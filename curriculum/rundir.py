@@ -17,6 +17,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
+import logging
 import os
 import socket
 import time
@@ -25,8 +26,11 @@ from pathlib import Path
 
 import yaml
 
-from curriculum.checkpoint import CheckpointManager, read_state
+from curriculum.checkpoint import CheckpointManager, atomic_write, read_state
 from curriculum.errors import ConfigError
+
+
+log = logging.getLogger("selfplay")
 
 
 class RunLocked(ConfigError):
@@ -136,6 +140,28 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def claim(rd: RunDir, resume: bool, config_text: str) -> RunLock:
+    """Lock the run directory for a trainer and make it ready: ``config_text`` is the run's config.
+
+    A fresh run refuses a directory that holds checkpoints (resume it instead) and clears
+    what a run that died before its first checkpoint left; a resume writes back the
+    resumable keys it changed, so the next resume, ``status`` and the dashboard follow them.
+    """
+    lock = RunLock(rd).acquire()
+    if not resume and rd.has_checkpoints():
+        lock.release()
+        raise ConfigError(f"run directory {rd.path} already holds a run; resume it with "
+                          f"`selfplay train --resume {rd.path}` or choose another run.dir")
+    if not resume:
+        rd.metrics.unlink(missing_ok=True)
+        rd.tasks.mkdir(parents=True, exist_ok=True)
+        atomic_write(rd.config, config_text)
+    elif rd.config.read_text() != config_text:
+        atomic_write(rd.config, config_text)
+        log.info("config.yaml updated with the resumable keys changed on resume")
+    return lock
 
 
 def lock_holder(run_dir: RunDir) -> dict | None:

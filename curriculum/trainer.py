@@ -12,8 +12,6 @@ state at its start: a resumed run continues exactly as an uninterrupted one woul
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import json
 import logging
 import random
@@ -25,60 +23,32 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from challenger.role import Challenger, Proposal
-from curriculum import dashboard
+from curriculum import dashboard, runstate
 from curriculum.checkpoint import atomic_write, read_state
-from curriculum.config import Config, diff_keys, is_resumable, load_config, to_yaml
-from curriculum.engine.distributed import check_world, full_parameters, init_dist, run_sharded, wrap_deepspeed
+from curriculum.config import Config, to_yaml
+from curriculum.engine.distributed import check_world, init_dist, run_sharded, wrap_deepspeed
 from curriculum.engine.grpo import grpo_update
-from curriculum.engine.policy import ROLES, build_roles, load_base, load_role_weights, resolve_device, save_role
-from curriculum.engine.rollout import generate, pack
+from curriculum.engine.policy import ROLES, build_roles, load_base, resolve_device
+from curriculum.engine.rollout import pack
 from curriculum.envs import Task, benchmark, make_env
 from curriculum.errors import ConfigError
 from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores
 from curriculum.monitor import Monitor, NullMonitor
-from curriculum.pool import PoolEntry, TaskPool
-from curriculum.rundir import RunDir, RunLock
+from curriculum.pool import PoolEntry, TaskPool, near_band, quantiles
+from curriculum.rollouts import Rollouts, derive_seed
+from curriculum.rundir import RunDir, RunLock, claim
 from curriculum.signals import StopOnSignal
 from curriculum.sources import LevelSampler
-from solver.role import Attempt, Solver, solve_rates
+from solver.role import Attempt, Solver, has_signal, solve_rates
 from solver.verifier import solve_rate
 
 log = logging.getLogger("selfplay")
-
-
-def derive_seed(*parts) -> int:
-    """A 63-bit seed from any tuple of parts (stable across processes and Python versions)."""
-    digest = hashlib.sha256(repr(parts).encode()).digest()
-    return int.from_bytes(digest[:8], "little") >> 1
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def quantiles(values: list[float], prefix: str) -> dict[str, float]:
-    if not values:
-        return {}
-    t = torch.tensor(values, dtype=torch.float64)
-    qs = torch.quantile(t, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
-    return {f"{prefix}_mean": float(t.mean()), f"{prefix}_p10": qs[0], f"{prefix}_p50": qs[1], f"{prefix}_p90": qs[2]}
-
-
-def has_signal(group: list[Attempt]) -> bool:
-    """A GRPO group teaches only if its answers did not all score the same."""
-    return len({a.score for a in group}) > 1
-
-
-def near_band(p: float, m: int, low: float, high: float, z: float = 1.5) -> bool:
-    """Whether a solve rate measured on ``m`` samples lies within ``z`` standard errors of a band edge.
-
-    The standard error uses p clipped to [1/2m, 1 - 1/2m], so 0/m and m/m are not certain.
-    """
-    q = min(max(p, 0.5 / m), 1 - 0.5 / m)
-    se = (q * (1 - q) / m) ** 0.5
-    return abs(p - low) <= z * se or abs(p - high) <= z * se
 
 
 class SelfPlayTrainer:
@@ -103,6 +73,7 @@ class SelfPlayTrainer:
         self.benchmark = benchmark(self.env, cfg.eval.seed, cfg.eval.per_level)
         self.held_out = {t.text for t in self.benchmark}
         self.roles = self._build_roles()
+        self.rollouts = Rollouts(cfg, self.dist, self.roles, self.tokenizer, self.challenger, self.solver, self.progress)
         cc = cfg.curriculum
         self.pool = TaskPool(cc.pool_capacity, cc.max_age, cc.sampler)
         self.levels = LevelSampler(self.env, cc.max_level, adaptive=cc.mode == "adaptive", floor=cc.adaptive_floor)
@@ -112,14 +83,10 @@ class SelfPlayTrainer:
         self.last_checkpoint = None
         self.stop = StopOnSignal()
         self.steps = {r: 0 for r in ROLES}
-        self.tokens = {r: 0 for r in ROLES}  # generated tokens per role (proposals; probes and answers)
         self.task_log: list[dict] = []
         wandb_id, keep_lines = None, 0
         if resume:
             wandb_id, keep_lines = self._restore()
-        elif self.dist.is_main:
-            self.rundir.tasks.mkdir(parents=True, exist_ok=True)
-            atomic_write(self.rundir.config, to_yaml(cfg))
         if not self.dist.is_main:  # one writer of metrics, tasks and wandb
             self.monitor = NullMonitor()
             return
@@ -128,25 +95,12 @@ class SelfPlayTrainer:
                                wandb_id=wandb_id, keep_lines=keep_lines)
 
     def _claim_run_dir(self, resume: bool) -> RunLock | None:
-        """Rank 0 takes the run directory's lock; a fresh run refuses a directory that holds checkpoints.
-
-        Every rank learns the outcome, so a refusal stops all of them at once.
-        """
+        """Rank 0 claims the run directory (``rundir.claim``); every rank learns the outcome, so a
+        refusal stops all of them at once."""
         lock, error = None, None
         if self.dist.is_main:
             try:
-                lock = RunLock(self.rundir).acquire()
-                if not resume and self.rundir.has_checkpoints():
-                    lock.release()
-                    raise ConfigError(f"run directory {self.rundir.path} already holds a run; resume it with "
-                                      f"`selfplay train --resume {self.rundir.path}` or choose another run.dir")
-                if not resume:  # a run that died before its first checkpoint starts over
-                    self.rundir.metrics.unlink(missing_ok=True)
-                elif self.rundir.config.read_text() != to_yaml(self.cfg):
-                    # The run now follows the changed resumable keys (say train.rounds): so do
-                    # the next resume, `selfplay status` and the dashboard.
-                    atomic_write(self.rundir.config, to_yaml(self.cfg))
-                    log.info("config.yaml updated with the resumable keys changed on resume")
+                lock = claim(self.rundir, resume, to_yaml(self.cfg))
             except ConfigError as exc:
                 error = str(exc)
         error = self.dist.broadcast_object(error)
@@ -225,7 +179,7 @@ class SelfPlayTrainer:
                     return False
         self.write_task_log(r)
         self.evaluate(r)
-        self.monitor.log({"time/round_s": time.time() - t0, **self._token_stats()}, round=r, phase="round")
+        self.monitor.log({"time/round_s": time.time() - t0, **self.rollouts.token_stats()}, round=r, phase="round")
         if self.dist.is_main:
             log.info(self.monitor.summary(r, self.cfg.train.rounds))
         self.stage = 0
@@ -254,14 +208,7 @@ class SelfPlayTrainer:
         g = self.cfg.challenger.group_size
         rng = random.Random(derive_seed(self.cfg.run.seed, r, phase, step, "references"))
         prompts = [self.challenger.prompt(self._references(rng)) for _ in range(0, n, g)]
-        items = [prompts[i // g] for i in range(n)]
-
-        def work(items: list[str], seed: int) -> list[Proposal]:
-            return self.challenger.propose(items, self._sampler("challenger", seed, f"propose r{r}"))
-
-        proposals = self._sharded(items, g, work, (r, phase, step))
-        self._count("challenger", [p.completion for p in proposals])
-        return proposals
+        return self.rollouts.propose([prompts[i // g] for i in range(n)], (r, phase, step), f"propose r{r}")
 
     def _references(self, rng: random.Random) -> list[Task]:
         """Reference tasks for one prompt: from the pool, or level-1 generator tasks while it is empty."""
@@ -280,10 +227,10 @@ class SelfPlayTrainer:
         cc = self.cfg.curriculum
         tasks = list({p.task.text: p.task for p in proposals if p.valid}.values())
         m = cc.probe_samples
-        scores = self.solve_scores(tasks, m, (r, phase, step))
+        scores = self.rollouts.scores(tasks, m, (r, phase, step))
         if cc.probe_samples_max > m:
             unsure = [t for t in tasks if near_band(float(np.mean(scores[t.text])), m, cc.band_low, cc.band_high)]
-            more = self.solve_scores(unsure, cc.probe_samples_max - m, (r, phase, step, "more"))
+            more = self.rollouts.scores(unsure, cc.probe_samples_max - m, (r, phase, step, "more"))
             for t in unsure:
                 scores[t.text] += more[t.text]
         for p in proposals:
@@ -298,7 +245,7 @@ class SelfPlayTrainer:
                        self.tokenizer.pad_token_id)
         out = self._update("challenger", rollout, r, step)
         out.update({f"challenger/{k}": v for k, v in stats.items()})
-        out.update(self._token_stats())
+        out.update(self.rollouts.token_stats())
         self.monitor.log(out, round=r, phase="update_challenger")
         self._record_tasks(r, f"challenger_step_{step}", proposals, reward_b.tolist(), accepted=None)
 
@@ -325,7 +272,7 @@ class SelfPlayTrainer:
         stats.update(quantiles([1 - p.solve_rate for p in added], "curriculum/accepted_difficulty"))
         stats.update(quantiles([e.difficulty for e in self.pool.entries.values()], "curriculum/pool_difficulty"))
         stats.update(quantiles([float(e.task.level) for e in self.pool.entries.values()], "curriculum/pool_level"))
-        stats.update(self._token_stats())
+        stats.update(self.rollouts.token_stats())
         self.monitor.log(stats, round=r, phase="fill_pool")
         self._record_tasks(r, "fill", proposals, None, accepted=accepted)
 
@@ -335,7 +282,7 @@ class SelfPlayTrainer:
         if not tasks:
             log.warning("round %d solver step %d skipped: no task with signal (empty pool, or every group "
                         "drawn scored the same)", r, step)
-            self.monitor.log({"solver/skipped": 1, **self._token_stats()}, round=r, phase="update_solver")
+            self.monitor.log({"solver/skipped": 1, **self.rollouts.token_stats()}, round=r, phase="update_solver")
             return
         g = self.cfg.solver.group_size
         scores = [a.score for a in attempts]
@@ -354,7 +301,7 @@ class SelfPlayTrainer:
         stats["solver/no_signal_fraction"] = float(np.mean([not has_signal(a) for a in drawn]))
         stats["solver/groups_drawn"] = len(drawn)
         stats["curriculum/pool_size"] = len(self.pool)
-        stats.update(self._token_stats())
+        stats.update(self.rollouts.token_stats())
         self.monitor.log(stats, round=r, phase="update_solver")
 
     def solver_batch(self, r: int, step: int) -> tuple[list[Task], list[Attempt], list[list[Attempt]]]:
@@ -374,7 +321,7 @@ class SelfPlayTrainer:
             tasks = [e.task for e in self.pool.sample(n, rng)] if mode == "selfplay" else self.levels.draw(n, rng, self.held_out)
             if not tasks:
                 break
-            attempts = self.attempt(tasks, g, (r, "solver", step) + ((d,) if d else ()), desc=f"solve r{r}")
+            attempts = self.rollouts.attempt(tasks, g, (r, "solver", step) + ((d,) if d else ()), desc=f"solve r{r}")
             groups = [attempts[i * g : (i + 1) * g] for i in range(len(tasks))]
             drawn += groups
             kept += [(t, a) for t, a in zip(tasks, groups) if draws == 1 or has_signal(a)]
@@ -409,56 +356,7 @@ class SelfPlayTrainer:
         self.monitor.log(results, round=r, phase="eval")
         return results
 
-    # ---------------------------------------------------------------- the engine, handed to the roles
-
-    def solve_scores(self, tasks: list[Task], m: int, parts: tuple) -> dict[str, list[float]]:
-        """``m`` probe scores of each task, by task text (at the probing temperature)."""
-        if not tasks:
-            return {}
-        attempts = self.attempt(tasks, m, parts, desc="probe", temperature=self.cfg.curriculum.probe_temperature)
-        return {t.text: [a.score for a in attempts[i * m : (i + 1) * m]] for i, t in enumerate(tasks)}
-
-    def attempt(self, tasks: list[Task], m: int, parts: tuple, desc: str, temperature: float = 0.0) -> list[Attempt]:
-        """``m`` scored solver attempts per task (task-major), each rank answering and scoring its share."""
-
-        def work(items: list[Task], seed: int) -> list[Attempt]:
-            return self.solver.attempt(items, self._sampler("solver", seed, desc, temperature))
-
-        attempts = self._sharded([t for t in tasks for _ in range(m)], m, work, parts)
-        self._count("solver", [a.completion for a in attempts])
-        return attempts
-
-    def _count(self, name: str, completions) -> None:
-        self.tokens[name] += sum(len(c.completion_ids) for c in completions)
-
-    def _token_stats(self) -> dict[str, int]:
-        return {f"{name}/generated_tokens": n for name, n in self.tokens.items()}
-
-    def _sampler(self, name: str, seed: int, desc: str, temperature: float = 0.0):
-        """``sample(prompts) -> completions`` of role ``name`` at its sampling settings (``temperature`` > 0
-        overrides the configured one), seeded."""
-        sc = getattr(self.cfg, name).sampling
-        role = self.roles[name].activate()
-        return functools.partial(generate, role.model, self.tokenizer, max_new_tokens=sc.max_new_tokens,
-                                 temperature=temperature or sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size,
-                                 seed=seed, desc=desc, progress=self.progress)
-
-    def _sharded(self, items: list, unit: int, work, parts: tuple) -> list:
-        """``work(items, seed)`` over this rank's share of ``items`` (in units of ``unit``), gathered.
-
-        One process in batch mode: a single call seeded derive_seed(run.seed, *parts), the
-        single-process run itself. Ranks in batch mode add their rank to the seed; group
-        mode seeds each unit from its index, whatever the number of ranks.
-        """
-        units = [items[i : i + unit] for i in range(0, len(items), unit)]
-        base = (self.cfg.run.seed, *parts)
-
-        def seed_of(u: int | None) -> int:
-            if u is not None:
-                return derive_seed(*base, "unit", u)
-            return derive_seed(*base) if self.dist.world == 1 else derive_seed(*base, "rank", self.dist.rank)
-
-        return run_sharded(self.dist, units, work, seed_of, per_unit=self.cfg.distributed.rollout_seed == "group")
+    # ---------------------------------------------------------------- updates
 
     def _update(self, name: str, rollout, r: int, step: int) -> dict[str, float]:
         rc = getattr(self.cfg, name)
@@ -510,94 +408,42 @@ class SelfPlayTrainer:
     def save_checkpoint(self, r: int | None = None):
         """Everything the run's future depends on, after round ``r`` plus ``self.stage`` stages."""
         self.round = self.round if r is None else r
-        r = self.round
         state = {
-            "round": r, "stage": self.stage, "steps": self.steps, "tokens": self.tokens,
-            "levels": self.levels.state_dict(), "wandb_id": self.monitor.wandb_id,
-            "metrics_lines": self.monitor.lines, "config_sha": hashlib.sha256(to_yaml(self.cfg).encode()).hexdigest(),
-            "finished": r >= self.cfg.train.rounds and self.stage == 0, "time": time.time(),
+            "round": self.round, "stage": self.stage, "steps": self.steps, "tokens": self.rollouts.tokens,
+            "levels": self.levels.state_dict(), "wandb_id": self.monitor.wandb_id, "metrics_lines": self.monitor.lines,
+            "finished": self.round >= self.cfg.train.rounds and self.stage == 0, "time": time.time(),
         }
         self.monitor.flush()
-        self._check_in_sync()
-        # "round_0002" < "round_0002+003" (3 stages into round 3) < "round_0003": names sort in run order.
-        name = f"round_{r:04d}" + (f"+{self.stage:03d}" if self.stage else "")
-        main = self.dist.is_main
-        tmp = self.ckpt.begin(name) if main else None
-        # Every rank takes part (DeepSpeed gathers partitions); rank 0 writes.
-        for role_name, role in self.roles.items():
-            trainer_state = role.trainer_state()
-            with full_parameters(role):
-                if main:
-                    save_role(role, tmp / role_name, self.tokenizer)
-                    torch.save(trainer_state, tmp / f"{role_name}_optim.pt")
-        if main:
-            torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, tmp / "rng.pt")
-            (tmp / "pool.json").write_text(json.dumps(self.pool.state_dict()))
-            (tmp / "config.yaml").write_text(to_yaml(self.cfg))  # what a resume must agree with
-            (tmp / "round_tasks.json").write_text(json.dumps(self.task_log))
-            self.last_checkpoint = self.ckpt.finish(name, tmp, state)
-        # Also a barrier: no rank runs ahead of (or exits before) a complete checkpoint.
-        self.last_checkpoint = self.dist.broadcast_object(self.last_checkpoint)
+        runstate.check_in_sync(self.dist, self.fingerprint(), f"round {self.round} stage {self.stage}")
+        files = {"pool.json": json.dumps(self.pool.state_dict()), "round_tasks.json": json.dumps(self.task_log),
+                 "config.yaml": to_yaml(self.cfg)}  # the config: what a resume must agree with
+        self.last_checkpoint = runstate.save(self.ckpt, runstate.checkpoint_name(self.round, self.stage), self.dist,
+                                             self.roles, self.tokenizer, state, files)
         return self.last_checkpoint
 
     def fingerprint(self) -> str:
         """What every rank must agree on: counters, pool, task log and (unless partitioned) the weights."""
-        h = hashlib.sha256(json.dumps([self.round, self.stage, self.steps, self.tokens, self.levels.state_dict(),
-                                       self.pool.state_dict(), self.task_log],
-                                      sort_keys=True, default=str).encode())
-        for role in self.roles.values():
-            if role.engine is None or role.engine.zero_optimization_stage() < 3:
-                h.update(repr([float(p.detach().double().sum()) for p in role.params]).encode())
-        return h.hexdigest()
-
-    def _check_in_sync(self) -> None:
-        """Fail loudly, before a checkpoint is written, if the ranks have drifted apart."""
-        if self.dist.world == 1:
-            return
-        prints = self.dist.all_gather_object(self.fingerprint())
-        if len(set(prints)) > 1:
-            raise RuntimeError(f"ranks out of sync at round {self.round} stage {self.stage}: "
-                               + ", ".join(f"rank {i}: {p[:12]}" for i, p in enumerate(prints)))
-
-    def _check_resumed_config(self, path) -> None:
-        """Refuse a resume whose config differs from the checkpoint's in keys that would break the run
-        (also when RUN_DIR/config.yaml itself was edited)."""
-        saved = path / "config.yaml"
-        if not saved.is_file():  # checkpoints of older versions
-            return
-        refused = [k for k in diff_keys(load_config(saved), self.cfg) if not is_resumable(k)]
-        if refused:
-            raise ConfigError(f"{path} was trained with other values of {', '.join(refused)}; these keys cannot "
-                              "change on resume (was config.yaml edited?). Restore them, or start a new run.")
+        return runstate.fingerprint(self.roles, self.round, self.stage, self.steps, self.rollouts.tokens,
+                                    self.levels.state_dict(), self.pool.state_dict(), self.task_log)
 
     def _restore(self) -> tuple[str | None, int]:
         path = self.dist.broadcast_object(self.ckpt.latest() if self.dist.is_main else None)
         if path is None:
             raise FileNotFoundError(f"no complete checkpoint under {self.ckpt.dir}")
         log.info("resuming from %s", path)
-        self._check_resumed_config(path)
+        runstate.check_config(path, self.cfg)
         state = read_state(path)
-        for name, role in self.roles.items():
-            with full_parameters(role, modifier_rank=0):
-                load_role_weights(role, path / name)
-            role.load_trainer_state(torch.load(path / f"{name}_optim.pt", weights_only=False))
-        rng = torch.load(path / "rng.pt", weights_only=False)
-        random.setstate(rng["python"])
-        np.random.set_state(rng["numpy"])
-        torch.set_rng_state(rng["torch"])
-        if rng["cuda"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rng["cuda"])
+        files = runstate.load(path, self.roles, ["pool.json", "round_tasks.json"])
         try:
-            self.pool.load_state_dict(json.loads((path / "pool.json").read_text()))
+            self.pool.load_state_dict(json.loads(files["pool.json"]))
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path / 'pool.json'} holds a pool this run cannot have written ({exc}); "
                               "move that checkpoint aside to resume from the one before") from exc
-        self.task_log = json.loads((path / "round_tasks.json").read_text())
+        self.task_log = json.loads(files["round_tasks.json"])
         self.round = int(state["round"])
         self.stage = int(state["stage"])
         self.steps = {k: int(v) for k, v in state["steps"].items()}
-        self.tokens = {k: int(v) for k, v in state["tokens"].items()}
+        self.rollouts.tokens = {k: int(v) for k, v in state["tokens"].items()}
         self.levels.load_state_dict(state["levels"])
         self.last_checkpoint = path
         return state.get("wandb_id"), int(state["metrics_lines"])

@@ -73,7 +73,8 @@ def main() -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--lora", action="store_true", help="LoRA on a shared base instead of two full models")
     args = ap.parse_args()
-    from curriculum.trainer import SelfPlayTrainer, derive_seed
+    from curriculum.rollouts import derive_seed
+    from curriculum.trainer import SelfPlayTrainer
 
     dev = "cpu" if SMOKE else "cuda"
     sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
@@ -105,11 +106,11 @@ def main() -> None:
 
         # challenger: propose (+ probe) -> GRPO step
         props, dt = timed(lambda: trainer.propose(1, "challenger", 0, prompts * g))
-        rollout_tokens += sum(len(c.completion_ids) for c, _ in props)
+        rollout_tokens += sum(len(p.completion.completion_ids) for p in props)
         rollout_s += dt
-        probes, dt = timed(lambda: trainer.probe(props, 1, "probe", 0))
+        _, dt = timed(lambda: trainer.probe(props, 1, "probe", 0))
         rollout_s += dt  # a random model proposes (almost) nothing valid: little to probe
-        batch = pack([c for c, _ in probes], [random.random() for _ in probes], [i // g for i in range(len(probes))],
+        batch = pack([p.completion for p in props], [random.random() for _ in props], [i // g for i in range(len(props))],
                      trainer.tokenizer.pad_token_id)
         _, dt = timed(lambda: trainer._update("challenger", batch, 1, 0))
         train_tokens += float(batch.attention_mask.sum())
@@ -117,11 +118,11 @@ def main() -> None:
         # solver: answers to generator tasks -> GRPO step
         rng = random.Random(derive_seed(0, "gpu_check"))
         tasks = [trainer.env.sample_task(rng.randint(1, trainer.env.num_levels), rng) for _ in range(prompts)]
-        answers, dt = timed(lambda: trainer._answer(tasks, g, (1, "solver", 0), desc="solve"))
-        rollout_tokens += sum(len(c.completion_ids) for c, _ in answers)
+        answers, dt = timed(lambda: trainer.rollouts.attempt(tasks, g, (1, "solver", 0), desc="solve"))
+        rollout_tokens += sum(len(a.completion.completion_ids) for a in answers)
         rollout_s += dt
-        batch = pack([c for c, _ in answers], [random.random() for _ in answers], [i // g for i in range(len(answers))],
-                     trainer.tokenizer.pad_token_id)
+        batch = pack([a.completion for a in answers], [random.random() for _ in answers],
+                     [i // g for i in range(len(answers))], trainer.tokenizer.pad_token_id)
         _, dt = timed(lambda: trainer._update("solver", batch, 1, 0))
         train_tokens += float(batch.attention_mask.sum())
         train_s += dt

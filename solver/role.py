@@ -50,6 +50,11 @@ class Solver:
         return score_all(lambda text: self.env.score(task, text), [completion.text])[0]
 
 
+def has_signal(group: Sequence[Attempt]) -> bool:
+    """A GRPO group teaches only if its answers did not all score the same."""
+    return len({a.score for a in group}) > 1
+
+
 def solve_rates(scores: Sequence[float], m: int) -> list[float]:
     """Task-major scores, ``m`` per task -> one solve rate per task."""
     return [solve_rate(scores[i : i + m]) for i in range(0, len(scores), m)]

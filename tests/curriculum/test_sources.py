@@ -5,8 +5,8 @@ import pytest
 
 from curriculum.envs import Task, make_env
 from curriculum.sources import EMA, LevelSampler
-from curriculum.trainer import has_signal, near_band
-from solver.role import Attempt
+from curriculum.pool import near_band
+from solver.role import Attempt, has_signal
 
 
 def test_uniform_draws_every_level_up_to_max_and_skips_excluded():

@@ -1,0 +1,99 @@
+"""The roles' work spread over the ranks: seeded sampling functions handed to the roles, gathered results.
+
+Rollouts are data-parallel by *units* (a GRPO group, a probed task's samples): each rank
+runs a role on a contiguous share of the units, sampling through ``generate`` with a seed
+derived from (run.seed, round, phase, step), and the results are gathered in unit order,
+so every rank holds the same proposals, attempts and scores. Generated tokens are counted
+per role: the compute axis of the curriculum comparison.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+
+from challenger.role import Challenger, Proposal
+from curriculum.config import Config
+from curriculum.engine.distributed import run_sharded
+from curriculum.engine.policy import ROLES
+from curriculum.engine.rollout import generate
+from solver.role import Attempt, Solver
+
+
+def derive_seed(*parts) -> int:
+    """A 63-bit seed from any tuple of parts (stable across processes and Python versions)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+class Rollouts:
+    """Proposals of the challenger and attempts of the solver, sharded over ``dist``'s ranks."""
+
+    def __init__(self, cfg: Config, dist, roles: dict, tokenizer, challenger: Challenger, solver: Solver,
+                 progress: bool = False):
+        self.cfg = cfg
+        self.dist = dist
+        self.roles = roles
+        self.tokenizer = tokenizer
+        self.challenger = challenger
+        self.solver = solver
+        self.progress = progress
+        self.tokens = {r: 0 for r in ROLES}  # generated tokens per role, cumulative
+
+    def propose(self, prompts: list[str], parts: tuple, desc: str) -> list[Proposal]:
+        """One proposal per prompt (G repeats of a prompt form a group), parsed by the environment."""
+
+        def work(items: list[str], seed: int) -> list[Proposal]:
+            return self.challenger.propose(items, self.sampler("challenger", seed, desc))
+
+        proposals = self.sharded(prompts, self.cfg.challenger.group_size, work, parts)
+        self._count("challenger", [p.completion for p in proposals])
+        return proposals
+
+    def attempt(self, tasks: list, m: int, parts: tuple, desc: str, temperature: float = 0.0) -> list[Attempt]:
+        """``m`` scored solver attempts per task (task-major), each rank answering and scoring its share."""
+
+        def work(items: list, seed: int) -> list[Attempt]:
+            return self.solver.attempt(items, self.sampler("solver", seed, desc, temperature))
+
+        attempts = self.sharded([t for t in tasks for _ in range(m)], m, work, parts)
+        self._count("solver", [a.completion for a in attempts])
+        return attempts
+
+    def scores(self, tasks: list, m: int, parts: tuple) -> dict[str, list[float]]:
+        """``m`` probe scores of each task at the probing temperature, by task text."""
+        if not tasks:
+            return {}
+        attempts = self.attempt(tasks, m, parts, desc="probe", temperature=self.cfg.curriculum.probe_temperature)
+        return {t.text: [a.score for a in attempts[i * m : (i + 1) * m]] for i, t in enumerate(tasks)}
+
+    def token_stats(self) -> dict[str, int]:
+        return {f"{name}/generated_tokens": n for name, n in self.tokens.items()}
+
+    def sampler(self, name: str, seed: int, desc: str, temperature: float = 0.0):
+        """``sample(prompts) -> completions`` of role ``name`` at its sampling settings (``temperature`` > 0
+        overrides the configured one), seeded."""
+        sc = getattr(self.cfg, name).sampling
+        role = self.roles[name].activate()
+        return functools.partial(generate, role.model, self.tokenizer, max_new_tokens=sc.max_new_tokens,
+                                 temperature=temperature or sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size,
+                                 seed=seed, desc=desc, progress=self.progress)
+
+    def sharded(self, items: list, unit: int, work, parts: tuple) -> list:
+        """``work(items, seed)`` over this rank's share of ``items`` (in units of ``unit``), gathered.
+
+        One process in batch mode: a single call seeded derive_seed(run.seed, *parts), the
+        single-process run itself. Ranks in batch mode add their rank to the seed; group
+        mode seeds each unit from its index, whatever the number of ranks.
+        """
+        units = [items[i : i + unit] for i in range(0, len(items), unit)]
+        base = (self.cfg.run.seed, *parts)
+
+        def seed_of(u: int | None) -> int:
+            if u is not None:
+                return derive_seed(*base, "unit", u)
+            return derive_seed(*base) if self.dist.world == 1 else derive_seed(*base, "rank", self.dist.rank)
+
+        return run_sharded(self.dist, units, work, seed_of, per_unit=self.cfg.distributed.rollout_seed == "group")
+
+    def _count(self, name: str, completions) -> None:
+        self.tokens[name] += sum(len(c.completion_ids) for c in completions)
