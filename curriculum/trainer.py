@@ -362,6 +362,7 @@ class SelfPlayTrainer:
         rc = getattr(self.cfg, name)
         t0 = time.time()
         stats = grpo_update(self.roles[name], rollout, rc.loss, grad_clip=rc.optim.grad_clip,
+                            norm_len=rc.sampling.max_new_tokens,  # Dr. GRPO's constant, whatever the prompt length
                             backend=self.cfg.rl.backend, seed=derive_seed(self.cfg.run.seed, r, name, "minibatch", step),
                             dist=self.dist)
         self.steps[name] += int(stats.pop("optimizer_steps"))

@@ -16,9 +16,13 @@ from curriculum.engine.rollout import Rollout
 log = logging.getLogger(__name__)
 
 
-def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip: float,
+def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip: float, norm_len: int | None = None,
                 backend: str = "auto", seed: int = 0, dist: SingleProcess | None = None) -> dict[str, float]:
     """Advantages -> clipped-surrogate steps over minibatches -> averaged statistics.
+
+    ``norm_len`` is the constant that ``seq-mean-token-sum-norm`` divides by, required with that
+    aggregation: the role's ``sampling.max_new_tokens`` (Dr. GRPO), never the batch's padded width,
+    which grows with the prompt.
 
     The behaviour log-probs are the current weights' (sampling is on-policy). With one epoch
     and one minibatch the update is on-policy by construction: the ratio is 1 and the old
@@ -30,7 +34,8 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
     A role with a DeepSpeed engine takes ``engine_update`` (any number of ranks).
     """
     if role.engine is not None:
-        return engine_update(role, rollout, loss_cfg, backend=backend, seed=seed, dist=dist or SingleProcess())
+        return engine_update(role, rollout, loss_cfg, norm_len=norm_len, backend=backend, seed=seed,
+                             dist=dist or SingleProcess())
     role.activate()
     model = role.model
     device = next(model.parameters()).device
@@ -59,9 +64,8 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
                                                 with_entropy=True, backend=backend)
             loss, stats = policy_loss(
                 logp_bt, logp_bt.detach() if old_logp_bt is None else old_logp_bt[idx], adv_n[idx], mask_bt,
-                clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high, kl_coef=loss_cfg.kl_coef,
-                ref_logp=None if ref_logp_bt is None else ref_logp_bt[idx],
-                aggregation=loss_cfg.aggregation, backend=backend,
+                **_loss_kwargs(loss_cfg, norm_len), ref_logp=None if ref_logp_bt is None else ref_logp_bt[idx],
+                backend=backend,
             )
             loss.backward()
             grad_norm = global_grad_norm(role.params)
@@ -77,7 +81,7 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
             role.optimizer.zero_grad(set_to_none=True)
             with torch.no_grad():
                 m = mask_bt.to(ent_bt.dtype)
-                stats["entropy"] = float((ent_bt * m).sum() / m.sum().clamp(min=1))
+                stats["entropy"] = float((ent_bt * m).sum() / _nonzero(float(m.sum())))
             stats.update(loss=float(loss.detach()), grad_norm=grad_norm)
             for k, v in stats.items():
                 sums[k] += v
@@ -94,6 +98,17 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
         response_tokens_mean=float(batch.response_mask.sum(-1).mean()),
     )
     return out
+
+
+def _loss_kwargs(loss_cfg: LossConfig, norm_len: int | None) -> dict:
+    """The config's loss options as ``policy_loss`` keywords."""
+    return dict(clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high, clip_ratio_c=loss_cfg.clip_ratio_c,
+                delta=loss_cfg.delta, kl_coef=loss_cfg.kl_coef, aggregation=loss_cfg.aggregation, norm_len=norm_len)
+
+
+def _nonzero(total: float) -> float:
+    """``total``, or 1 for 0: a guard against 0/0 only, so mask weights below 1 still average exactly."""
+    return total if total != 0 else 1.0
 
 
 def on_policy(loss_cfg: LossConfig, n: int) -> bool:
@@ -122,8 +137,8 @@ def _plan(n: int, mb: int, epochs: int, gen: torch.Generator, rank: int, world: 
     return plan
 
 
-def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, backend: str, seed: int,
-                  dist: SingleProcess) -> dict[str, float]:
+def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, norm_len: int | None, backend: str,
+                  seed: int, dist: SingleProcess) -> dict[str, float]:
     """``grpo_update`` through a DeepSpeed engine, each rank taking 1/world of every minibatch.
 
     ``rollout`` is the global batch (identical on every rank). A micro-batch's loss is
@@ -139,7 +154,7 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, backend
     device = engine.device
     batch = rollout.to(device)
     adv_n = compute_advantages(batch.rewards, batch.group_ids, loss_cfg.estimator, backend=backend)
-    n, norm_len = len(batch), batch.response_mask.shape[-1]
+    n = len(batch)
     mb = loss_cfg.minibatch_size or n
     plan = _plan(n, mb, loss_cfg.epochs, torch.Generator().manual_seed(seed), dist.rank, dist.world,
                  engine.gradient_accumulation_steps())
@@ -156,7 +171,7 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, backend
     per_step: list[dict[str, float]] = []
     model.train()
     for j, (idx, micros) in enumerate(plan):
-        total = max(_denominator(batch.response_mask[idx.to(device)], loss_cfg.aggregation), 1.0)
+        total = _nonzero(_denominator(batch.response_mask[idx.to(device)], loss_cfg.aggregation))
         sums: dict[str, float] = defaultdict(float)
         for k, m in enumerate(micros):
             m = m.to(device)
@@ -164,16 +179,14 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, backend
             logp_bt, ent_bt = logprobs(m, with_entropy=True)
             loss, stats = policy_loss(
                 logp_bt, logp_bt.detach() if old is None else old[j][k], adv_n[m], mask_bt,
-                clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high, kl_coef=loss_cfg.kl_coef,
-                ref_logp=None if ref is None else ref[j][k], aggregation=loss_cfg.aggregation,
-                backend=backend, norm_len=norm_len,
+                **_loss_kwargs(loss_cfg, norm_len), ref_logp=None if ref is None else ref[j][k], backend=backend,
             )
             share = _denominator(mask_bt, loss_cfg.aggregation) / total
             engine.backward(loss * (share * dist.world), scale_wrt_gas=False)
             engine.step()
             with torch.no_grad():
                 tokens = float(mask_bt.sum())
-                stats["entropy"] = float((ent_bt * mask_bt.to(ent_bt.dtype)).sum()) / max(tokens, 1.0)
+                stats["entropy"] = float((ent_bt * mask_bt.to(ent_bt.dtype)).sum()) / _nonzero(tokens)
             for key, v in stats.items():  # token means, re-weighted into the minibatch's token mean
                 sums[key] += v * tokens
             sums["_tokens"] += tokens
@@ -200,7 +213,7 @@ def _combine(per_rank: list[list[dict[str, float]]]) -> dict[str, float]:
     out: dict[str, float] = defaultdict(float)
     for j in range(steps):
         parts = [r[j] for r in per_rank]
-        tokens = max(sum(p["_tokens"] for p in parts), 1.0)
+        tokens = _nonzero(sum(p["_tokens"] for p in parts))
         for key in parts[0]:
             if key in ("_tokens", "grad_norm"):
                 continue

@@ -133,7 +133,12 @@ def loss_batch(seed, B=6, T=19, per_seq_adv=False):
 def test_fused_loss_forward_backward_match_torch(tk, aggregation, per_seq_adv, with_ref):
     logp, old, adv, mask, ref = loss_batch(2, per_seq_adv=per_seq_adv)
     kw = dict(clip_low=0.2, clip_high=0.28, kl_coef=0.05 if with_ref else 0.0, ref_logp=ref if with_ref else None,
-              aggregation=aggregation)
+              aggregation=aggregation, norm_len=24)
+    assert_backends_agree(logp, old, adv, mask, **kw)
+
+
+def assert_backends_agree(logp, old, adv, mask, **kw):
+    """Loss, statistics and gradient of the torch twin and the fused kernels."""
     results = {}
     for backend in ("torch", "triton"):
         lp = logp.clone().requires_grad_()
@@ -147,6 +152,18 @@ def test_fused_loss_forward_backward_match_torch(tk, aggregation, per_seq_adv, w
         assert s2[k] == pytest.approx(s1[k], rel=1e-5, abs=1e-6), k
     torch.testing.assert_close(g2, g1, atol=1e-7, rtol=1e-5)
     assert g2[1].eq(0).all()
+
+
+@kernel_test
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.parametrize("clip_ratio_c,delta", [(3.0, 0.0), (0.0, 2.0), (2.0, 4.0)])
+def test_fused_dual_clip_and_delta_match_torch(tk, aggregation, clip_ratio_c, delta):
+    logp, old, adv, mask, ref = loss_batch(5)
+    old = logp - 1.5 * torch.randn(logp.shape, generator=torch.Generator().manual_seed(5)).to(DEVICE)
+    ratio = (logp - old).exp()[mask]
+    assert (ratio > 4.0).sum() > 5  # both bounds are crossed, on tokens of either sign of A
+    assert_backends_agree(logp, old, adv, mask, clip_low=0.2, clip_high=0.28, clip_ratio_c=clip_ratio_c,
+                          delta=delta, kl_coef=0.05, ref_logp=ref, aggregation=aggregation, norm_len=24)
 
 
 @kernel_test

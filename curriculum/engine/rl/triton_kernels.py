@@ -195,7 +195,7 @@ def _load_row(ptr, b, s_b, offs, s_t, ok, valid):
 def _pg_fwd_kernel(
     logp_ptr, old_ptr, adv_ptr, ref_ptr, mask_ptr, part_ptr,
     T, s_lb, s_lt, s_ob, s_ot, s_ab, s_at, s_rb, s_rt, s_mb, s_mt,
-    t_per_prog, n_splits, clip_low, clip_high, kl_coef,
+    t_per_prog, n_splits, clip_low, clip_high, clip_c, delta, kl_coef,
     HAS_REF: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
@@ -219,7 +219,8 @@ def _pg_fwd_kernel(
         log_ratio = lp - olp
         ratio = tl.exp(log_ratio)
         clipped = tl.minimum(tl.maximum(ratio, 1.0 - clip_low), 1.0 + clip_high)
-        loss = -tl.minimum(ratio * a, clipped * a)
+        loss = -tl.minimum(tl.minimum(ratio, delta) * a, clipped * a)  # delta: TRL's cap on r (inf = off)
+        loss = tl.where(a < 0.0, tl.minimum(loss, -a * clip_c), loss)  # verl's dual-clip (inf = off)
         if HAS_REF:
             rl = _load_row(ref_ptr, b, s_rb, offs, s_rt, ok, valid)
             d = rl - lp
@@ -246,7 +247,7 @@ def _pg_fwd_kernel(
 def _pg_bwd_kernel(
     logp_ptr, old_ptr, adv_ptr, ref_ptr, mask_ptr, scale_ptr, grad_ptr,
     T, s_lb, s_lt, s_ob, s_ot, s_ab, s_at, s_rb, s_rt, s_mb, s_mt, s_gb, s_gt,
-    clip_low, clip_high, kl_coef,
+    clip_low, clip_high, clip_c, delta, kl_coef,
     HAS_REF: tl.constexpr, BLOCK_T: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
@@ -258,8 +259,10 @@ def _pg_bwd_kernel(
     olp = _load_row(old_ptr, b, s_ob, offs, s_ot, ok, valid)
     a = _load_row(adv_ptr, b, s_ab, offs, s_at, ok, valid)
     ratio = tl.exp(lp - olp)
-    # d/dlogp of -min(rA, clip(r)A): 0 where the clipped branch is active, else -A r.
-    cut = ((a > 0.0) & (ratio > 1.0 + clip_high)) | ((a < 0.0) & (ratio < 1.0 - clip_low))
+    # d/dlogp of -min(rA, clip(r)A): 0 where a constant branch is active (the clip; for A < 0 also
+    # the cap delta and the dual-clip bound clip_c), else -A r.
+    cut = ((a > 0.0) & (ratio > 1.0 + clip_high)) | \
+        ((a < 0.0) & ((ratio < 1.0 - clip_low) | (ratio > delta) | (ratio > clip_c)))
     g = tl.where(cut, 0.0, -a * ratio)
     if HAS_REF:
         rl = _load_row(ref_ptr, b, s_rb, offs, s_rt, ok, valid)
@@ -279,8 +282,12 @@ def _loss_operands(logp, old_logp, adv, mask, ref_logp):
     return (logp, old_logp, adv, ref, mask), strides
 
 
-def pg_partials(logp, old_logp, adv, mask, ref_logp, clip_low, clip_high, kl_coef, block_t: int = 1024):
-    """Forward kernel: per-row sums [B, 8] of masked loss, mask, and statistics."""
+def pg_partials(logp, old_logp, adv, mask, ref_logp, clip_low, clip_high, clip_c, delta, kl_coef,
+                block_t: int = 1024):
+    """Forward kernel: per-row sums [B, 8] of masked loss, mask, and statistics.
+
+    ``clip_c`` (dual-clip) and ``delta`` (cap on the ratio) are ``inf`` when off.
+    """
     B, T = logp.shape
     ptrs, strides = _loss_operands(logp, old_logp, adv, mask, ref_logp)
     block_t = min(block_t, max(16, triton.next_power_of_2(T)))
@@ -288,13 +295,14 @@ def pg_partials(logp, old_logp, adv, mask, ref_logp, clip_low, clip_high, kl_coe
     part = torch.zeros(B, splits, N_PARTIALS, dtype=torch.float32, device=logp.device)
     if B and T:
         _pg_fwd_kernel[(B, splits)](
-            *ptrs, part, T, *strides, t_per_prog, splits, float(clip_low), float(clip_high), float(kl_coef),
-            HAS_REF=ref_logp is not None, BLOCK_T=block_t,
+            *ptrs, part, T, *strides, t_per_prog, splits, float(clip_low), float(clip_high), float(clip_c),
+            float(delta), float(kl_coef), HAS_REF=ref_logp is not None, BLOCK_T=block_t,
         )
     return part.sum(1)
 
 
-def pg_grad(logp, old_logp, adv, mask, ref_logp, scale_b, clip_low, clip_high, kl_coef, block_t: int = 1024):
+def pg_grad(logp, old_logp, adv, mask, ref_logp, scale_b, clip_low, clip_high, clip_c, delta, kl_coef,
+            block_t: int = 1024):
     """Backward kernel: d loss / d logp [B, T] given per-row weights ``scale_b`` [B]."""
     B, T = logp.shape
     ptrs, strides = _loss_operands(logp, old_logp, adv, mask, ref_logp)
@@ -303,6 +311,7 @@ def pg_grad(logp, old_logp, adv, mask, ref_logp, scale_b, clip_low, clip_high, k
     if B and T:
         _pg_bwd_kernel[(B, triton.cdiv(T, block_t))](
             *ptrs, scale_b.to(torch.float32).contiguous(), grad, T, *strides, grad.stride(0), grad.stride(1),
-            float(clip_low), float(clip_high), float(kl_coef), HAS_REF=ref_logp is not None, BLOCK_T=block_t,
+            float(clip_low), float(clip_high), float(clip_c), float(delta), float(kl_coef),
+            HAS_REF=ref_logp is not None, BLOCK_T=block_t,
         )
     return grad
