@@ -3,10 +3,14 @@
 Layout of ``checkpoints/<name>/``: whatever the writer puts there plus
 ``state.json`` (counters) and ``manifest.json`` (size and sha256 of every file),
 written last. A checkpoint whose manifest is missing or does not match is
-skipped on load with a warning naming it.
+skipped on load with a warning naming it. A write that fails leaves nothing behind
+(the temporary directory is removed, the previous checkpoint and ``latest`` are
+untouched); one that ran out of space says so (``DiskFullError``).
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -14,13 +18,18 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
+
+from curriculum.errors import DiskFullError
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 # round_0002 (after round 2) or round_0002+003 (three stages into round 3): names sort in run order.
 NAME = re.compile(r"round_\d{4}(\+\d{3})?")
+# A failed write with less free space than this left is taken to have run out of it: torch.save
+# reports a full disk as "basic_ios::clear: iostream error", with no errno to tell.
+LOW_SPACE = 64 << 20
 
 
 def _sha256(path: Path) -> str:
@@ -47,11 +56,43 @@ def _fsync_tree(root: Path) -> None:
 def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the whole new one."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two writing processes never share one
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _tree_bytes(root: Path) -> int:
+    """Bytes in the files under ``root`` (0 if it is gone)."""
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.is_dir() else 0
+
+
+def _free_bytes(path: Path) -> int:
+    """Free bytes on the filesystem of ``path`` (or of its nearest existing parent)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def _out_of_space(exc: BaseException, free: int, still_needed: int) -> bool:
+    """Whether a failed write ran out of space: an OSError says so (ENOSPC, EDQUOT) somewhere in the
+    chain; torch.save and safetensors do not, so less space left than the checkpoint still needed
+    (or than LOW_SPACE) counts too."""
+    seen = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return free < max(still_needed, LOW_SPACE)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
 
 
 class CheckpointManager:
@@ -63,18 +104,53 @@ class CheckpointManager:
 
     def save(self, name: str, write: Callable[[Path], None], state: dict) -> Path:
         """Call ``write(tmp_dir)``, add state and manifest, then rename into place."""
-        tmp = self.begin(name)
-        write(tmp)
-        return self.finish(name, tmp, state)
+        with self.writing(name) as tmp:
+            write(tmp)
+            return self.finish(name, tmp, state)
+
+    @contextlib.contextmanager
+    def writing(self, name: str) -> Iterator[Path]:
+        """``with manager.writing(name) as tmp:`` fill ``tmp`` and call ``finish(name, tmp, state)``.
+
+        If the block fails, ``tmp`` is removed (a half-written checkpoint must not keep the space
+        it took), the previous checkpoint and ``latest`` stay as they were, and the exception goes
+        on; one that ran out of space becomes a DiskFullError saying how much is free, roughly how
+        much the checkpoint needs, and how to resume.
+        """
+        _check_name(name)
+        previous = self.names()[-1:]  # what it is about to replace, for an estimate of its size
+        needed = _tree_bytes(self.dir / previous[0]) if previous else 0
+        tmp = self._tmp(name)
+        try:
+            yield self.begin(name)
+        except BaseException as exc:
+            written, free = _tree_bytes(tmp), _free_bytes(self.dir)
+            shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, Exception) and _out_of_space(exc, free, needed - written):
+                raise self._disk_full(name, previous[0] if previous else None, needed, written) from exc
+            raise
+
+    def _disk_full(self, name: str, previous: str | None, needed: int, written: int) -> DiskFullError:
+        free = _mb(_free_bytes(self.dir))
+        run = self.dir.parent
+        if previous is None:
+            what = (f"{free} free, the checkpoint needs more than {_mb(written)} (written before the disk filled); "
+                    "there is no earlier checkpoint: free space and run the same command again")
+        else:
+            what = (f"{free} free, the checkpoint needs about {_mb(needed)} (the size of {previous}); the previous "
+                    f"checkpoint {previous} is intact; free space and resume with `selfplay train --resume {run}`")
+        return DiskFullError(self.dir / name, f"no space left on device: {what}")
 
     def begin(self, name: str) -> Path:
         """A fresh temporary directory for checkpoint ``name`` (filled by the caller, then ``finish``)."""
-        if not NAME.fullmatch(name):
-            raise ValueError(f"checkpoint name {name!r} does not match {NAME.pattern}")
-        tmp = self.dir / f".tmp-{name}"
+        _check_name(name)
+        tmp = self._tmp(name)
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         return tmp
+
+    def _tmp(self, name: str) -> Path:
+        return self.dir / f".tmp-{name}"
 
     def finish(self, name: str, tmp: Path, state: dict) -> Path:
         """Add state and manifest to ``tmp``, fsync, rename it to ``name`` and move ``latest``."""
@@ -145,6 +221,11 @@ class CheckpointManager:
             shutil.rmtree(self.dir / name, ignore_errors=True)
         for p in self.dir.glob(".tmp-*"):
             shutil.rmtree(p, ignore_errors=True)
+
+
+def _check_name(name: str) -> None:
+    if not NAME.fullmatch(name):
+        raise ValueError(f"checkpoint name {name!r} does not match {NAME.pattern}")
 
 
 def read_state(path: Path) -> dict:

@@ -8,6 +8,7 @@ pool, the round's task log, the config) and a ``state.json`` of counters; the
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import random
@@ -35,20 +36,21 @@ def save(ckpt: CheckpointManager, name: str, dist, roles: dict, tokenizer, state
     also a barrier: no rank runs ahead of (or exits before) a complete checkpoint.
     """
     main = dist.is_main
-    tmp = ckpt.begin(name) if main else None
-    for role_name, role in roles.items():
-        trainer_state = role.trainer_state()
-        with full_parameters(role):
-            if main:
-                save_role(role, tmp / role_name, tokenizer)
-                torch.save(trainer_state, tmp / f"{role_name}_optim.pt")
     path = None
-    if main:
-        torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, tmp / "rng.pt")
-        for file, text in files.items():
-            (tmp / file).write_text(text)
-        path = ckpt.finish(name, tmp, state)
+    # A failed write leaves nothing behind; one that ran out of space is a DiskFullError that says so.
+    with ckpt.writing(name) if main else contextlib.nullcontext() as tmp:
+        for role_name, role in roles.items():
+            trainer_state = role.trainer_state()
+            with full_parameters(role):
+                if main:
+                    save_role(role, tmp / role_name, tokenizer)
+                    torch.save(trainer_state, tmp / f"{role_name}_optim.pt")
+        if main:
+            torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, tmp / "rng.pt")
+            for file, text in files.items():
+                (tmp / file).write_text(text)
+            path = ckpt.finish(name, tmp, state)
     return dist.broadcast_object(path)
 
 
