@@ -273,10 +273,17 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = None
         return 0
     except ConfigError as exc:
-        print(f"selfplay: config error: {exc}", file=sys.stderr)
+        print(f"selfplay: config error: {' '.join(str(exc).splitlines())}", file=sys.stderr)  # one line, always
         return 2
     except FileNotFoundError as exc:
         print(f"selfplay: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        if exc.filename is None:  # not about a path: unexpected, a bug to see in full
+            raise
+        # A run directory under a read-only one, a full disk (DiskFullError says how full): the path
+        # and the reason are all there is to say.
+        print(f"selfplay: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
 
 

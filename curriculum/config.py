@@ -2,13 +2,19 @@
 
 Every field's docstring is the comment line above it; ``selfplay config-keys``
 prints them and the README's table is checked against them by a test.
-Unknown keys and impossible combinations fail here, before any model is built.
+Everything a config can get wrong fails here, before any model is built, as a one-line
+ConfigError naming the key and the value: the file (size, UTF-8, YAML nesting and aliases),
+unknown keys, every value's type and range (NaN and inf refused), impossible combinations,
+paths, the device, and env.kwargs (the environment's constructor checks them). Only
+model.lora.target_modules waits for the model (curriculum/engine/policy.py checks them).
 """
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -140,9 +146,13 @@ class LossConfig:
     clip_low: float = 0.2
     # Upper clip range (1 + clip_high); > clip_low is DAPO's clip-higher.
     clip_high: float = 0.28
+    # Dual-clip (verl): with a negative advantage A a token's loss is at most -A * clip_ratio_c, so one huge ratio cannot swamp a step; > 1, or 0 = off.
+    clip_ratio_c: float = 3.0
+    # Cap on the unclipped ratio (TRL's delta, two-sided clipping); > 1 + clip_high, or 0 = off.
+    delta: float = 0.0
     # Weight of the k3 KL penalty to the reference (initial) model; 0 = no reference.
     kl_coef: float = 0.0
-    # token-mean, seq-mean-token-mean or seq-mean-token-sum-norm.
+    # token-mean, seq-mean-token-mean or seq-mean-token-sum-norm (Dr. GRPO: token sums / sampling.max_new_tokens).
     aggregation: str = "token-mean"
     # Passes over each rollout batch (PPO epochs).
     epochs: int = 1
@@ -359,6 +369,7 @@ def _dataclass_type(f: dataclasses.Field):
     return type(default) if dataclasses.is_dataclass(default) else None
 
 
+@functools.lru_cache(maxsize=None)  # reading the source parses the whole module: once per class
 def _field_docs(cls) -> dict[str, str]:
     """Field name -> the ``#`` comment lines right above it in the class body."""
     import inspect
@@ -388,11 +399,17 @@ def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def check_keys(keys, source: str) -> None:
-    """Fail on the first unknown dotted key, naming the nearest valid ones."""
-    known = valid_keys()
+def check_keys(values: dict[str, Any], source: str) -> None:
+    """Fail on the first unknown dotted key, naming the nearest valid ones, or on a list or mapping
+    key given something else (OmegaConf's own error would not name the key)."""
+    known = key_specs()
     groups = {k.rsplit(".", 1)[0] for k in known}
-    for key in keys:
+    for key, value in values.items():
+        kind = known[key].type if key in known else ""
+        if kind.startswith("list[") and not isinstance(value, list):
+            raise ConfigError(f"{source}: {key} must be a list ([a, b, ...]), got {value!r}")
+        if kind.startswith("dict[") and not isinstance(value, dict):
+            raise ConfigError(f"{source}: {key} must be a mapping ({{name: value, ...}}), got {value!r}")
         if key in known or any(key.startswith(free + ".") for free in _FREE_KEYS):
             continue
         if key in groups:
@@ -402,6 +419,87 @@ def check_keys(keys, source: str) -> None:
         raise ConfigError(f"{source}: unknown config key {key!r}{hint}")
 
 
+# What no config needs, refused before it can cost memory or time: a config is a few kB with
+# sections three keys deep (env.kwargs may nest further).
+MAX_CONFIG_BYTES = 1 << 20
+MAX_YAML_DEPTH = 32
+# Values once aliases are expanded: a "billion laughs" bomb is a few lines whose aliases
+# (*name) expand to billions of values, which OmegaConf would copy one by one.
+MAX_YAML_VALUES = 10_000
+
+
+class _YamlLimit(yaml.MarkedYAMLError):
+    """Well-formed YAML beyond the limits above."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses documents nested deeper than MAX_YAML_DEPTH or holding more
+    than MAX_YAML_VALUES values with every alias counted as the whole value it stands for."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+        self._values = 0
+        self._anchored: dict[str, int] = {}  # anchor -> values of the node it names
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent):
+            node = super().compose_node(parent, index)  # raises for an undefined alias
+            if event.anchor not in self._anchored:  # the anchored value is not complete: it holds itself
+                raise _YamlLimit(None, None, f"alias *{event.anchor} lies inside the value it names", event.start_mark)
+            self._count(self._anchored[event.anchor], event)
+            return node
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            raise _YamlLimit(None, None, f"nests deeper than {MAX_YAML_DEPTH} levels", event.start_mark)
+        before = self._values
+        self._count(1, event)
+        node = super().compose_node(parent, index)
+        self._depth -= 1
+        if event.anchor is not None:
+            self._anchored[event.anchor] = self._values - before
+        return node
+
+    def _count(self, n: int, event) -> None:
+        self._values += n
+        if self._values > MAX_YAML_VALUES:
+            raise _YamlLimit(None, None, f"holds more than {MAX_YAML_VALUES} values once aliases (*name) are expanded",
+                             event.start_mark)
+
+
+def _load_yaml(text: str, source: str) -> Any:
+    """``yaml.safe_load`` within the limits above; a failure is a one-line ConfigError naming ``source``."""
+    try:
+        return yaml.load(text, Loader=_BoundedLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        what = "YAML" if isinstance(exc, _YamlLimit) else "not valid YAML:"
+        raise ConfigError(f"{source}: {what} {_yaml_message(exc)}") from exc
+
+
+def _yaml_message(exc: yaml.YAMLError) -> str:
+    """PyYAML's multi-line message as one line: the problem and where it is."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem and exc.problem_mark:
+        mark = exc.problem_mark
+        return f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(exc).split())
+
+
+def _read_config_file(path: Path) -> str:
+    """The file's text: at most MAX_CONFIG_BYTES of UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; a config is a few kB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text: byte 0x{data[exc.start]:02x} at offset {exc.start}") from exc
+
+
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
     """``["a.b=1", "c=x"]`` -> ``{"a.b": 1, "c": "x"}`` with YAML typing of values."""
     out: dict[str, Any] = {}
@@ -409,7 +507,7 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not key=value")
         key, value = item.split("=", 1)
-        out[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        out[key.strip()] = _load_yaml(value, f"override {key.strip()}") if value.strip() else ""
     return out
 
 
@@ -421,27 +519,27 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
+        data = _load_yaml(_read_config_file(path), str(path)) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
         check_keys(_flatten(data), str(path))
-        layers.append(OmegaConf.create(data))
+        layers.append(data)
     ov = parse_overrides(overrides or [])
     check_keys(ov, "override")
-    for key, value in ov.items():
-        layer = OmegaConf.create()
-        OmegaConf.update(layer, key, value, force_add=True)
-        layers.append(layer)
     try:
+        layers = [OmegaConf.create(data) for data in layers]
+        for key, value in ov.items():
+            layer = OmegaConf.create()
+            OmegaConf.update(layer, key, value, force_add=True)
+            layers.append(layer)
         merged = OmegaConf.merge(base, *layers)
         for key in _FREE_KEYS & ov.keys():  # given whole, a free mapping replaces the file's (kwargs of another env)
             OmegaConf.update(merged, key, ov[key], merge=False)
         cfg: Config = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise ConfigError(_omegaconf_message(exc)) from exc
+    for p in cfg.run.plugins:
+        _need("\0" not in p, f"run.plugins ({p!r}) contains a NUL character")
     # Files are kept as absolute paths, so config.yaml finds them from any directory on resume.
     cfg.run.plugins = [str(Path(p).resolve()) if _is_file_plugin(p) else p for p in cfg.run.plugins]
     import_plugins(cfg.run.plugins)
@@ -489,92 +587,243 @@ def _omegaconf_message(exc: OmegaConfBaseException) -> str:
     return f"config key {key!r}: {first}" if key else first
 
 
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric key may take: lo..hi, None = unbounded; ``open_*`` excludes the bound itself."""
+
+    lo: float | None = None
+    hi: float | None = None
+    open_lo: bool = False
+    open_hi: bool = False
+
+    def __contains__(self, v) -> bool:
+        above = self.lo is None or (v > self.lo if self.open_lo else v >= self.lo)
+        below = self.hi is None or (v < self.hi if self.open_hi else v <= self.hi)
+        return above and below
+
+    def __str__(self) -> str:
+        if self.hi is None:
+            return f"{'>' if self.open_lo else '>='} {self.lo}"
+        if self.lo is None:
+            return f"{'<' if self.open_hi else '<='} {self.hi}"
+        return f"in {'(' if self.open_lo else '['}{self.lo}, {self.hi}{')' if self.open_hi else ']'}"
+
+
+_POSITIVE = Range(0, None, open_lo=True)
+_NON_NEGATIVE = Range(0, None)
+_FRACTION = Range(0, 1)
+_SEED = Range(0, 2**63 - 1)
+# Upper bounds are far beyond any sane run; they catch typos (1e9 for 1e3) before they cost memory or time.
+_ROLE_RANGES = {
+    "batch_prompts": Range(1, 1 << 16),
+    "group_size": Range(2, 1 << 12),  # group-relative advantages need two samples
+    "steps": Range(0, 1 << 16),
+    "sampling.temperature": _POSITIVE,
+    "sampling.top_p": Range(0, 1, open_lo=True),
+    "sampling.max_new_tokens": Range(1, 1 << 16),
+    "sampling.batch_size": Range(1, 1 << 16),
+    "optim.lr": _POSITIVE,
+    "optim.weight_decay": _NON_NEGATIVE,
+    "optim.grad_clip": _NON_NEGATIVE,
+    "optim.warmup_steps": Range(0, 10**7),
+    "loss.clip_low": _FRACTION,
+    "loss.clip_high": _NON_NEGATIVE,
+    "loss.clip_ratio_c": _NON_NEGATIVE,  # and 0 or > 1: _check_combinations
+    "loss.delta": _NON_NEGATIVE,  # and 0 or > 1 + clip_high: _check_combinations
+    "loss.kl_coef": _NON_NEGATIVE,
+    "loss.epochs": Range(1, 1000),
+    "loss.minibatch_size": _NON_NEGATIVE,
+}
+RANGES: dict[str, Range] = {
+    "run.seed": _SEED,
+    "run.threads": Range(0, 4096),
+    "model.lora.r": Range(1, 4096),
+    "model.lora.alpha": Range(1, 1 << 16),
+    "model.lora.dropout": Range(0, 1, open_hi=True),
+    "model.tiny.hidden_size": Range(2, 8192),
+    "model.tiny.layers": Range(1, 128),
+    "model.tiny.heads": Range(1, 256),
+    "model.tiny.max_positions": Range(8, 1 << 16),
+    "model.warmup.steps": Range(0, 10**7),
+    "model.warmup.batch_size": Range(1, 1 << 16),
+    "model.warmup.lr": _POSITIVE,
+    "model.warmup.solver_max_level": Range(1, None),
+    "model.warmup.level_decay": Range(0, 1, open_lo=True),
+    "model.warmup.challenger_fraction": _FRACTION,
+    "model.warmup.threads": Range(1, 4096),
+    **{f"{role}.{key}": r for role in ("challenger", "solver") for key, r in _ROLE_RANGES.items()},
+    "reward.repetition_coef": _NON_NEGATIVE,
+    "reward.repetition_threshold": _FRACTION,  # a BLEU distance
+    "reward.invalid": Range(),
+    "curriculum.probe_samples": Range(2, 1 << 12),  # a solve rate needs two samples
+    "curriculum.probe_samples_max": Range(0, 1 << 14),
+    "curriculum.probe_temperature": _NON_NEGATIVE,
+    "curriculum.references": Range(0, 64),
+    "curriculum.fill_proposals": Range(1, 1 << 20),
+    "curriculum.band_low": _FRACTION,
+    "curriculum.band_high": _FRACTION,
+    "curriculum.pool_capacity": Range(1, 1 << 24),
+    "curriculum.max_age": Range(1, None),
+    "curriculum.max_level": _NON_NEGATIVE,
+    "curriculum.filter_max_batches": Range(1, 1000),
+    "curriculum.adaptive_floor": _NON_NEGATIVE,
+    "train.rounds": Range(1, 9999),  # checkpoint names hold the round in four digits
+    "eval.seed": _SEED,
+    "eval.per_level": Range(1, 1000),  # the benchmark draws up to 50x this many tasks per level
+    "eval.max_new_tokens": Range(1, 1 << 16),
+    "eval.samples": Range(0, 1024),
+    "eval.temperature": _NON_NEGATIVE,
+    "eval.every": Range(1, None),
+    "checkpoint.keep_last": Range(1, 1000),
+    "checkpoint.every_steps": _NON_NEGATIVE,
+    "log.samples": _NON_NEGATIVE,
+    "distributed.zero_stage": Range(0, 3),
+    "distributed.micro_batch_size": _NON_NEGATIVE,
+    "distributed.timeout_s": Range(1, 10**7),
+}
+# Checkpoint names hold the stage inside a round in three digits (round_0002+003).
+MAX_STAGES = 999
+
+
+def _need(ok: bool, msg: str) -> None:
+    if not ok:
+        raise ConfigError(msg)
+
+
 def validate(cfg: Config) -> None:
-    """Cross-field checks; each message names the keys and the numbers."""
+    """Every value, then the combinations; each message names the keys and the numbers."""
+    _check_values(cfg)
+    _check_choices(cfg)
+    _check_combinations(cfg)
+    _check_distributed(cfg)
+    _check_paths(cfg)
+    _check_device(cfg)
+    _check_env(cfg)
+
+
+def _check_values(cfg: Config) -> None:
+    """Types and ranges, key by key: numbers finite and in RANGES, strings without NUL (no path holds one)."""
+    specs = key_specs()
+    for key, value in _flatten(dataclasses.asdict(cfg)).items():
+        kind = specs[key].type
+        if kind == "int":
+            _need(isinstance(value, int) and not isinstance(value, bool), f"{key} ({value!r}) must be an integer")
+        elif kind == "float":
+            _need(isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value),
+                  f"{key} ({value!r}) must be a finite number")
+        elif kind == "str":
+            _need("\0" not in value, f"{key} ({value!r}) contains a NUL character")
+        if key in RANGES:
+            _need(value in RANGES[key], f"{key} ({value}) must be {RANGES[key]}")
+
+
+def _check_choices(cfg: Config) -> None:
+    """Names that must be one of a list (registries, modes, devices)."""
     from challenger.rewards import FRONTIER_REWARDS
     from curriculum.envs import ENVIRONMENTS
     from curriculum.pool import SAMPLERS
     from curriculum.engine.rl import AGGREGATIONS, ESTIMATORS
 
-    def need(ok: bool, msg: str):
-        if not ok:
-            raise ConfigError(msg)
+    _need(cfg.env.name in ENVIRONMENTS, f"env.name {cfg.env.name!r} is not registered; choose from {sorted(ENVIRONMENTS)}")
+    _need(cfg.reward.frontier in FRONTIER_REWARDS, f"reward.frontier {cfg.reward.frontier!r}; choose from {sorted(FRONTIER_REWARDS)}")
+    _need(cfg.curriculum.mode in MODES, f"curriculum.mode {cfg.curriculum.mode!r}; choose from {', '.join(MODES)}")
+    _need(cfg.curriculum.sampler in SAMPLERS, f"curriculum.sampler {cfg.curriculum.sampler!r}; choose from {sorted(SAMPLERS)}")
+    _need(cfg.run.device in ("auto", "cpu", "cuda"), f"run.device {cfg.run.device!r}; choose auto, cpu or cuda")
+    _need(cfg.model.dtype in ("float32", "bfloat16", "float16"), f"model.dtype {cfg.model.dtype!r}; choose float32, bfloat16 or float16")
+    _need(cfg.rl.backend in ("auto", "torch", "triton"), f"rl.backend {cfg.rl.backend!r}; choose auto, torch or triton")
+    _need(cfg.wandb.mode in ("offline", "online", "disabled"), f"wandb.mode {cfg.wandb.mode!r}; choose offline, online or disabled")
+    for role in ("challenger", "solver"):
+        lc: LossConfig = getattr(cfg, role).loss
+        _need(lc.estimator in ESTIMATORS, f"{role}.loss.estimator {lc.estimator!r}; choose from {sorted(ESTIMATORS)}")
+        _need(lc.aggregation in AGGREGATIONS, f"{role}.loss.aggregation {lc.aggregation!r}; choose from {list(AGGREGATIONS)}")
 
-    need(cfg.train.rounds >= 1, f"train.rounds ({cfg.train.rounds}) must be >= 1")
-    need(cfg.env.name in ENVIRONMENTS, f"env.name {cfg.env.name!r} is not registered; choose from {sorted(ENVIRONMENTS)}")
-    need(cfg.reward.frontier in FRONTIER_REWARDS, f"reward.frontier {cfg.reward.frontier!r}; choose from {sorted(FRONTIER_REWARDS)}")
-    need(cfg.curriculum.mode in MODES, f"curriculum.mode {cfg.curriculum.mode!r}; choose from {', '.join(MODES)}")
-    need(cfg.curriculum.sampler in SAMPLERS, f"curriculum.sampler {cfg.curriculum.sampler!r}; choose from {sorted(SAMPLERS)}")
+
+def _check_combinations(cfg: Config) -> None:
+    """Values that are fine alone but not together, and the few that no range can say."""
+    _need(bool(cfg.run.dir.strip()), "run.dir is empty; name the run directory (the run would write into the current one)")
+    lora = cfg.model.lora
+    _need(bool(lora.target_modules) and all(name.strip() for name in lora.target_modules),
+          f"model.lora.target_modules ({lora.target_modules}) must list module names, none empty")
+    t = cfg.model.tiny
+    _need(t.hidden_size % (2 * t.heads) == 0,
+          f"model.tiny.hidden_size ({t.hidden_size}) must be a multiple of 2 x model.tiny.heads ({t.heads}): "
+          "each head's width must be even (rotary position embeddings)")
     lo, hi = cfg.curriculum.band_low, cfg.curriculum.band_high
-    need(0.0 <= lo <= hi <= 1.0, f"curriculum.band_low ({lo}) <= curriculum.band_high ({hi}) must lie in [0, 1]")
-    need(cfg.curriculum.probe_samples >= 2, f"curriculum.probe_samples ({cfg.curriculum.probe_samples}) must be >= 2 to estimate a solve rate")
-    need(cfg.curriculum.pool_capacity >= 1, f"curriculum.pool_capacity ({cfg.curriculum.pool_capacity}) must be >= 1")
-    need(cfg.run.device in ("auto", "cpu", "cuda"), f"run.device {cfg.run.device!r}; choose auto, cpu or cuda")
-    need(cfg.model.dtype in ("float32", "bfloat16", "float16"), f"model.dtype {cfg.model.dtype!r}; choose float32, bfloat16 or float16")
-    need(cfg.rl.backend in ("auto", "torch", "triton"), f"rl.backend {cfg.rl.backend!r}; choose auto, torch or triton")
-    need(not (cfg.rl.backend == "triton" and cfg.run.device == "cpu"),
-         "rl.backend=triton needs run.device=cuda (on a CPU use rl.backend=auto or torch)")
-    need(cfg.wandb.mode in ("offline", "online", "disabled"), f"wandb.mode {cfg.wandb.mode!r}; choose offline, online or disabled")
-    ec = cfg.eval
-    need(ec.samples >= 0 and ec.every >= 1, f"eval.samples ({ec.samples}) must be >= 0 and eval.every ({ec.every}) >= 1")
-    need(ec.greedy or ec.samples > 0, "eval.greedy=false and eval.samples=0 leave nothing to evaluate")
-    need(ec.samples == 0 or ec.temperature > 0,
-         f"eval.samples ({ec.samples}) > 0 needs eval.temperature > 0 (got {ec.temperature}): greedy samples are all the same")
+    _need(lo <= hi, f"curriculum.band_low ({lo}) <= curriculum.band_high ({hi}) must lie in [0, 1]")
     cc = cfg.curriculum
-    need(cc.probe_samples_max == 0 or cc.probe_samples_max > cc.probe_samples,
-         f"curriculum.probe_samples_max ({cc.probe_samples_max}) must be 0 or more than curriculum.probe_samples ({cc.probe_samples})")
-    need(cc.probe_temperature >= 0, f"curriculum.probe_temperature ({cc.probe_temperature}) must be >= 0 (0 = solver.sampling.temperature)")
-    need(cc.references >= 0 and cc.max_level >= 0 and cc.filter_max_batches >= 1 and cc.adaptive_floor >= 0,
-         f"curriculum.references ({cc.references}), max_level ({cc.max_level}) and adaptive_floor ({cc.adaptive_floor}) "
-         f"must be >= 0 and filter_max_batches ({cc.filter_max_batches}) >= 1")
-    need(cfg.checkpoint.every_steps >= 0, f"checkpoint.every_steps ({cfg.checkpoint.every_steps}) must be >= 0")
-    need(cfg.checkpoint.keep_last >= 1, f"checkpoint.keep_last ({cfg.checkpoint.keep_last}) must be >= 1")
+    _need(cc.probe_samples_max == 0 or cc.probe_samples_max > cc.probe_samples,
+          f"curriculum.probe_samples_max ({cc.probe_samples_max}) must be 0 or more than curriculum.probe_samples ({cc.probe_samples})")
+    ec = cfg.eval
+    _need(ec.greedy or ec.samples > 0, "eval.greedy=false and eval.samples=0 leave nothing to evaluate")
+    _need(ec.samples == 0 or ec.temperature > 0,
+          f"eval.samples ({ec.samples}) > 0 needs eval.temperature > 0 (got {ec.temperature}): greedy samples are all the same")
+    stages = cfg.challenger.steps + 1 + cfg.solver.steps
+    _need(stages <= MAX_STAGES, f"challenger.steps ({cfg.challenger.steps}) + 1 + solver.steps ({cfg.solver.steps}) must "
+                                f"be <= {MAX_STAGES} (checkpoint names hold the stage of a round in three digits)")
     for role in ("challenger", "solver"):
         rc: RoleConfig = getattr(cfg, role)
-        need(rc.group_size >= 2, f"{role}.group_size ({rc.group_size}) must be >= 2 for group-relative advantages")
-        need(rc.batch_prompts >= 1, f"{role}.batch_prompts ({rc.batch_prompts}) must be >= 1")
-        need(rc.steps >= 0, f"{role}.steps ({rc.steps}) must be >= 0")
-        need(rc.loss.estimator in ESTIMATORS, f"{role}.loss.estimator {rc.loss.estimator!r}; choose from {sorted(ESTIMATORS)}")
-        need(rc.loss.aggregation in AGGREGATIONS, f"{role}.loss.aggregation {rc.loss.aggregation!r}; choose from {list(AGGREGATIONS)}")
-        need(rc.loss.clip_low >= 0 and rc.loss.clip_high >= 0, f"{role}.loss.clip_low ({rc.loss.clip_low}) and clip_high ({rc.loss.clip_high}) must be >= 0")
-        need(rc.loss.epochs >= 1, f"{role}.loss.epochs ({rc.loss.epochs}) must be >= 1")
-        need(rc.optim.lr > 0, f"{role}.optim.lr ({rc.optim.lr}) must be > 0")
-        need(rc.sampling.temperature > 0, f"{role}.sampling.temperature ({rc.sampling.temperature}) must be > 0")
-        need(0 < rc.sampling.top_p <= 1, f"{role}.sampling.top_p ({rc.sampling.top_p}) must be in (0, 1]")
+        lc = rc.loss
+        _need(lc.clip_ratio_c == 0 or lc.clip_ratio_c > 1, f"{role}.loss.clip_ratio_c ({lc.clip_ratio_c}) must be > 1, or 0 (off)")
+        _need(lc.delta == 0 or lc.delta > 1 + lc.clip_high,
+              f"{role}.loss.delta ({lc.delta}) must be > 1 + {role}.loss.clip_high ({1 + lc.clip_high}), or 0 (off)")
         batch = rc.batch_prompts * rc.group_size
-        mb = rc.loss.minibatch_size
-        need(mb == 0 or (batch % mb == 0 and mb % rc.group_size == 0),
-             f"{role}.loss.minibatch_size ({mb}) must divide batch_prompts*group_size ({batch}) and be a multiple of group_size ({rc.group_size})")
-    _validate_distributed(cfg, need)
+        mb = lc.minibatch_size
+        _need(mb == 0 or (batch % mb == 0 and mb % rc.group_size == 0),
+              f"{role}.loss.minibatch_size ({mb}) must divide batch_prompts*group_size ({batch}) and be a multiple of group_size ({rc.group_size})")
+
+
+def _check_paths(cfg: Config) -> None:
+    """Files the run reads: a local model directory, a DeepSpeed JSON."""
+    import json
+
     if cfg.model.path:
-        need(Path(cfg.model.path).expanduser().is_dir(), f"model.path {cfg.model.path!r} is not a local directory (nothing is downloaded)")
-    need(0.0 <= cfg.model.warmup.challenger_fraction <= 1.0,
-         f"model.warmup.challenger_fraction ({cfg.model.warmup.challenger_fraction}) must be in [0, 1]")
-    need(0 < cfg.model.warmup.level_decay <= 1, f"model.warmup.level_decay ({cfg.model.warmup.level_decay}) must be in (0, 1]")
-    need(cfg.model.warmup.threads >= 1, f"model.warmup.threads ({cfg.model.warmup.threads}) must be >= 1")
-    need(cfg.model.warmup.solver_max_level >= 1, f"model.warmup.solver_max_level ({cfg.model.warmup.solver_max_level}) must be >= 1")
+        path = Path(cfg.model.path).expanduser()
+        _need(path.is_dir(), f"model.path {cfg.model.path!r} is not a local directory (nothing is downloaded)")
+        _need((path / "config.json").is_file(), f"model.path {cfg.model.path!r} has no config.json: not a Hugging Face model directory")
+    ds = cfg.distributed.deepspeed_config
+    if cfg.distributed.engine == "deepspeed" and ds:
+        path = Path(ds).expanduser()
+        _need(path.is_file(), f"distributed.deepspeed_config {ds!r} is not a file")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"distributed.deepspeed_config {ds!r} is not readable JSON: {exc}") from exc
+        _need(isinstance(data, dict), f"distributed.deepspeed_config {ds!r} must hold a JSON object, not {data!r}")
 
 
-def _validate_distributed(cfg: Config, need) -> None:
+def _check_device(cfg: Config) -> None:
+    """What the config asks of the hardware: a CUDA device must exist to be asked for."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    _need(cfg.run.device != "cuda" or cuda, "run.device=cuda but torch sees no CUDA device; use run.device=auto or cpu")
+    _need(cfg.rl.backend != "triton" or (cuda and cfg.run.device != "cpu"),
+          "rl.backend=triton needs a CUDA device (on a CPU use rl.backend=auto or torch)")
+
+
+def _check_env(cfg: Config) -> None:
+    """Build the environment once: its constructor checks env.kwargs (a failure names them)."""
+    from curriculum.envs import make_env
+
+    kwargs = cfg.env.kwargs
+    _need(all(isinstance(k, str) for k in kwargs), f"env.kwargs ({kwargs}) must be keyword names")
+    make_env(cfg.env.name, **kwargs)
+
+
+def _check_distributed(cfg: Config) -> None:
     dc = cfg.distributed
-    need(dc.engine in ("torch", "deepspeed"), f"distributed.engine {dc.engine!r}; choose torch or deepspeed")
-    need(dc.zero_stage in (0, 1, 2, 3), f"distributed.zero_stage ({dc.zero_stage}) must be 0, 1, 2 or 3")
-    need(dc.offload in ("none", "optimizer", "all"), f"distributed.offload {dc.offload!r}; choose none, optimizer or all")
-    need(dc.offload != "all" or dc.zero_stage == 3,
-         f"distributed.offload=all offloads parameters, which needs distributed.zero_stage=3 (got {dc.zero_stage})")
-    need(dc.micro_batch_size >= 0, f"distributed.micro_batch_size ({dc.micro_batch_size}) must be >= 0")
-    need(dc.rollout_seed in ("batch", "group"), f"distributed.rollout_seed {dc.rollout_seed!r}; choose batch or group")
-    need(dc.timeout_s > 0, f"distributed.timeout_s ({dc.timeout_s}) must be > 0")
+    _need(dc.engine in ("torch", "deepspeed"), f"distributed.engine {dc.engine!r}; choose torch or deepspeed")
+    _need(dc.offload in ("none", "optimizer", "all"), f"distributed.offload {dc.offload!r}; choose none, optimizer or all")
+    _need(dc.offload != "all" or dc.zero_stage == 3,
+          f"distributed.offload=all offloads parameters, which needs distributed.zero_stage=3 (got {dc.zero_stage})")
+    _need(dc.rollout_seed in ("batch", "group"), f"distributed.rollout_seed {dc.rollout_seed!r}; choose batch or group")
     if dc.engine == "deepspeed":
-        need(cfg.model.dtype != "float16", "distributed.engine=deepspeed trains in float32 or bfloat16 (with fp32 master "
-                                           "weights); set model.dtype=bfloat16 instead of float16")
-        need(not (cfg.model.lora.enabled and cfg.model.share_base and dc.zero_stage == 3),
-             "model.share_base=true with distributed.zero_stage=3: two engines cannot partition one shared base; "
-             "use zero_stage 0-2 (the frozen base is replicated, adapters and their optimizer states are sharded) "
-             "or model.share_base=false")
-        if dc.deepspeed_config:
-            need(Path(dc.deepspeed_config).expanduser().is_file(),
-                 f"distributed.deepspeed_config {dc.deepspeed_config!r} is not a file")
+        _need(cfg.model.dtype != "float16", "distributed.engine=deepspeed trains in float32 or bfloat16 (with fp32 master "
+                                            "weights); set model.dtype=bfloat16 instead of float16")
+        _need(not (cfg.model.lora.enabled and cfg.model.share_base and dc.zero_stage == 3),
+              "model.share_base=true with distributed.zero_stage=3: two engines cannot partition one shared base; "
+              "use zero_stage 0-2 (the frozen base is replicated, adapters and their optimizer states are sharded) "
+              "or model.share_base=false")
 
 
 def to_yaml(cfg: Config) -> str:

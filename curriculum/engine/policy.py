@@ -18,6 +18,7 @@ import torch
 
 from curriculum.config import Config, OptimConfig
 from curriculum.engine.rl import sequence_logprobs
+from curriculum.errors import ConfigError
 
 ROLES = ("challenger", "solver")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -168,7 +169,7 @@ def load_solver(cfg: Config, checkpoint: Path, env, exclude: set[str], challenge
         from peft import get_peft_model
 
         base, tokenizer = load_base(cfg, env, exclude, progress=False, challenger_prompt=challenger_prompt)
-        role = Role("solver", get_peft_model(base, _lora_config(cfg), adapter_name="solver"), "solver", None, None)
+        role = Role("solver", get_peft_model(base, _lora_config(cfg, base), adapter_name="solver"), "solver", None, None)
         load_role_weights(role, checkpoint / "solver")
     else:
         model = AutoModelForCausalLM.from_pretrained(checkpoint / "solver", dtype=DTYPES[cfg.model.dtype])
@@ -198,12 +199,25 @@ def build_roles(cfg: Config, base, device: torch.device) -> dict[str, Role]:
     return roles
 
 
-def _lora_config(cfg: Config):
+def _lora_config(cfg: Config, model: torch.nn.Module):
+    """peft's LoraConfig for ``model``, whose modules must include every ``model.lora.target_modules``."""
     from peft import LoraConfig
 
     lc = cfg.model.lora
+    _check_lora_targets(list(lc.target_modules), model)
     return LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
                       target_modules=list(lc.target_modules), task_type="CAUSAL_LM")
+
+
+def _check_lora_targets(targets: list[str], model: torch.nn.Module) -> None:
+    """Each target must name modules of ``model`` as peft matches them (the full name, or its last
+    parts): peft ignores a misspelt name as long as another one matches, training less than asked."""
+    names = [name for name, _ in model.named_modules() if name]
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+        raise ConfigError(f"model.lora.target_modules: {', '.join(missing)} not in the model; "
+                          f"its linear layers are {', '.join(linear[:10])}")
 
 
 def _lora_roles(cfg: Config, base) -> dict[str, Role]:
@@ -214,10 +228,10 @@ def _lora_roles(cfg: Config, base) -> dict[str, Role]:
     for i, name in enumerate(ROLES):
         b = bases[min(i, len(bases) - 1)]
         if cfg.model.share_base and i > 0:
-            models[ROLES[0]].add_adapter(name, _lora_config(cfg))
+            models[ROLES[0]].add_adapter(name, _lora_config(cfg, b))
             models[name] = models[ROLES[0]]
         else:
-            models[name] = get_peft_model(b, _lora_config(cfg), adapter_name=name)
+            models[name] = get_peft_model(b, _lora_config(cfg, b), adapter_name=name)
     roles = {}
     for name in ROLES:
         model = models[name]

@@ -11,8 +11,11 @@ import random
 import re
 
 from curriculum.envs.base import InvalidProposal, Task
-from curriculum.envs.registry import register_env
+from curriculum.envs.registry import int_kwarg, register_env
 from solver.verifier import extract_int
+
+MAX_LEVELS = 64
+MAX_DIGITS = 18
 
 
 @register_env("arithmetic")
@@ -20,13 +23,12 @@ class Arithmetic:
     """Chains of +/- over integers with ``max_digits`` digits each."""
 
     def __init__(self, num_levels: int = 6, max_digits: int = 1, operators: str = "+-"):
-        if num_levels < 1 or max_digits < 1 or not operators or set(operators) - set("+-*"):
-            raise ValueError(
-                f"arithmetic needs num_levels>=1 ({num_levels}), max_digits>=1 ({max_digits}), "
-                f"operators from '+-*' ({operators!r})"
-            )
-        self.num_levels = num_levels
-        self.max_digits = max_digits
+        self.num_levels = int_kwarg("arithmetic", "num_levels", num_levels, 1, MAX_LEVELS)
+        self.max_digits = int_kwarg("arithmetic", "max_digits", max_digits, 1, MAX_DIGITS)
+        # A repeated operator would count twice in a proposal's level.
+        if not isinstance(operators, str) or not operators or set(operators) - set("+-*") \
+                or len(set(operators)) < len(operators):
+            raise ValueError(f"arithmetic needs operators: distinct characters of '+-*' (got {operators!r})")
         self.operators = operators
         number = rf"[0-9]{{1,{max_digits}}}"  # ASCII digits only: \d admits any script
         ops = re.escape(operators)

@@ -15,7 +15,7 @@ import random
 import threading
 
 from curriculum.envs.base import InvalidProposal, Task
-from curriculum.envs.registry import register_env
+from curriculum.envs.registry import int_kwarg, register_env
 
 _SHARED: dict[tuple, object] = {}
 _LOCK = threading.Lock()
@@ -40,12 +40,16 @@ class CodeOutput:
 
     def __init__(self, num_levels: int = 4, max_chars: int = 300, max_answer_chars: int = 24,
                  workers: int = 2, timeout_s: float = 2.0, memory_mb: int = 256):
-        if num_levels < 1 or max_chars < 8 or max_answer_chars < 1:
-            raise ValueError(f"code_output needs num_levels>=1 ({num_levels}), max_chars>=8 ({max_chars}), "
-                             f"max_answer_chars>=1 ({max_answer_chars})")
-        self.num_levels = num_levels
-        self.max_chars = max_chars
-        self.max_answer_chars = max_answer_chars
+        # Levels grow with program size (1 + loops + nodes / 20), so proposals of a few hundred
+        # characters stay below 16; the bound keeps the benchmark (50 x eval.per_level draws per
+        # level at most) quick to build.
+        self.num_levels = int_kwarg("code_output", "num_levels", num_levels, 1, 16)
+        self.max_chars = int_kwarg("code_output", "max_chars", max_chars, 8, 4096)
+        self.max_answer_chars = int_kwarg("code_output", "max_answer_chars", max_answer_chars, 1, 1024)
+        int_kwarg("code_output", "workers", workers, 1, 64)
+        int_kwarg("code_output", "memory_mb", memory_mb, 32, 1 << 16)  # the sandbox needs 32
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s <= 60:
+            raise ValueError(f"code_output needs a number 0 < timeout_s <= 60 (got {timeout_s!r})")
         self._box_args = (workers, timeout_s, memory_mb)
 
     @property

@@ -15,7 +15,7 @@ import random
 import re
 
 from curriculum.envs.base import InvalidProposal, Task
-from curriculum.envs.registry import register_env
+from curriculum.envs.registry import int_kwarg, register_env
 
 _DIGITS = re.compile(r"[0-9]+")  # ASCII only: \d admits any script's digits
 MAX_LEVELS = 64
@@ -26,9 +26,7 @@ class Ladder:
     """Running sums mod 10 from the right; level k = k additions (k+1 digits)."""
 
     def __init__(self, num_levels: int = 16):
-        if isinstance(num_levels, bool) or not isinstance(num_levels, int) or not 1 <= num_levels <= MAX_LEVELS:
-            raise ValueError(f"ladder needs an integer 1 <= num_levels <= {MAX_LEVELS} (got {num_levels!r})")
-        self.num_levels = num_levels
+        self.num_levels = int_kwarg("ladder", "num_levels", num_levels, 1, MAX_LEVELS)
 
     def challenger_prompt(self) -> str:
         return "L:"

@@ -21,14 +21,29 @@ def register_env(name: str):
 
 
 def make_env(name: str, **kwargs) -> Environment:
-    """The registered environment ``name`` built with ``kwargs``; a mismatch is a config error."""
+    """The registered environment ``name`` built with ``kwargs``; a mismatch is a config error.
+
+    The constructor is the environment's validation of its kwargs: whatever it raises
+    (a plugin's own exception too) becomes a ConfigError naming env.kwargs.
+    """
     if name not in ENVIRONMENTS:
         raise ConfigError(f"unknown environment {name!r}; registered: {sorted(ENVIRONMENTS)}")
     try:
         return ENVIRONMENTS[name](**kwargs)
-    except TypeError as exc:
-        raise ConfigError(f"env.kwargs do not fit environment {name!r}: {exc} (env.kwargs={{...}} given "
-                          "as an override replaces the config file's)") from exc
+    except Exception as exc:  # noqa: BLE001 - any failure is the kwargs', named as such
+        # An unexpected keyword is often the config file's kwargs of another environment.
+        hint = " (env.kwargs={...} given as an override replaces the config file's)" if isinstance(exc, TypeError) else ""
+        raise ConfigError(f"env.kwargs do not fit environment {name!r}: {exc}{hint}") from exc
+
+
+def int_kwarg(env: str, key: str, value, lo: int, hi: int) -> int:
+    """``value`` if it is an integer in [lo, hi] (not a bool, not a float), else a ValueError naming it.
+
+    The upper bounds keep every config's benchmark and prompts small enough to build in seconds.
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ValueError(f"{env} needs an integer {lo} <= {key} <= {hi} (got {value!r})")
+    return value
 
 
 def benchmark(env: Environment, seed: int, per_level: int) -> list[Task]:

@@ -2,15 +2,18 @@ from pathlib import Path
 
 import pytest
 
-from curriculum.config import ConfigError, diff_keys, is_resumable, load_config, valid_keys
+from curriculum.config import RANGES, ConfigError, diff_keys, is_resumable, key_specs, load_config, valid_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))
 
 
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
-def test_shipped_configs_validate(path, tmp_path):
-    # model.path configs point at a user's local model; give them an existing directory.
+def test_shipped_configs_validate(path, tmp_path, monkeypatch):
+    # The GPU configs ask for run.device=cuda, which validation checks against this machine.
+    monkeypatch.setattr("torch.cuda.is_available", lambda: True)
+    # model.path configs point at a user's local model; give them a model directory.
+    (tmp_path / "config.json").write_text("{}")
     cfg = load_config(path, [f"model.path={tmp_path}"] if "model:\n  path:" in path.read_text() else [])
     assert cfg.train.rounds >= 1
 
@@ -69,9 +72,9 @@ def test_unknown_key_in_file(tmp_path):
         ("train: [1, 2\n", "not valid YAML"),
         ("- 1\n- 2\n", "top level must be a mapping"),
         ("train:\n  rounds: many\n", "train.rounds"),
-        ("train:\n  rounds: 0\n", r"train.rounds \(0\) must be >= 1"),
+        ("train:\n  rounds: 0\n", r"train.rounds \(0\) must be in \[1, 9999\]"),
         ("curriculum:\n  band_low: 0.9\n  band_high: 0.1\n", r"band_low \(0.9\) <= curriculum.band_high \(0.1\)"),
-        ("solver:\n  group_size: 1\n", r"solver.group_size \(1\) must be >= 2"),
+        ("solver:\n  group_size: 1\n", r"solver.group_size \(1\) must be in \[2, 4096\]"),
         ("solver:\n  loss:\n    minibatch_size: 5\n", r"minibatch_size \(5\) must divide batch_prompts\*group_size \(128\)"),
         ("reward:\n  frontier: curiosity\n", "reward.frontier 'curiosity'"),
         ("env:\n  name: chess\n", "env.name 'chess' is not registered"),
@@ -107,3 +110,43 @@ def test_resumable_keys():
     changed = diff_keys(a, b)
     assert set(changed) == {"train.rounds", "log.progress", "solver.group_size"}
     assert [k for k in changed if not is_resumable(k)] == ["solver.group_size"]
+
+
+def test_every_number_has_a_range():
+    """A new numeric key must say which values it takes (NaN and inf are refused for every float)."""
+    numeric = {k for k, spec in key_specs().items() if spec.type in ("int", "float")}
+    assert numeric == set(RANGES)
+    for key, spec in key_specs().items():
+        if key in RANGES:
+            assert spec.default in RANGES[key], f"{key}'s default {spec.default} is outside {RANGES[key]}"
+
+
+def test_dual_clip_is_on_and_delta_off_by_default():
+    cfg = load_config(None)
+    assert (cfg.solver.loss.clip_ratio_c, cfg.solver.loss.delta) == (3.0, 0.0)
+    assert load_config(None, ["solver.loss.clip_ratio_c=0", "solver.loss.delta=1.5"]).solver.loss.delta == 1.5
+
+
+def test_yaml_keeps_safe_load_semantics_within_its_limits(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("sampling: &s {temperature: 0.7, max_new_tokens: 12}\n"
+                 "challenger:\n  sampling: *s\nsolver:\n  sampling: *s\ntrain: {rounds: 2}\n")
+    with pytest.raises(ConfigError, match="unknown config key 'sampling.temperature'"):
+        load_config(p)  # aliases work as in yaml.safe_load; the anchor's own key is still a key
+    p.write_text("challenger:\n  sampling: &s {temperature: 0.7, max_new_tokens: 12}\nsolver:\n  sampling: *s\n")
+    cfg = load_config(p)
+    assert cfg.solver.sampling.temperature == cfg.challenger.sampling.temperature == 0.7
+    p.write_bytes("# ümlaut, in UTF-8\ntrain: {rounds: 2}\n".encode())
+    assert load_config(p).train.rounds == 2
+
+
+def test_an_unreadable_config_file_is_a_config_error(tmp_path, monkeypatch):
+    p = tmp_path / "c.yaml"
+    p.write_text("train: {rounds: 2}\n")
+
+    def denied(*_a, **_k):
+        raise PermissionError(13, "Permission denied", str(p))
+
+    monkeypatch.setattr("builtins.open", denied)
+    with pytest.raises(ConfigError, match=f"cannot read config file '{p}': Permission denied"):
+        load_config(p)
