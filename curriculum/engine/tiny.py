@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 log = logging.getLogger(__name__)
@@ -25,11 +25,18 @@ CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per printable ASCII character, plus pad/bos/eos/unk."""
+    """One token per printable ASCII character, plus pad/bos/eos/unk.
+
+    ``tokenizer(text)`` starts with <bos>, as every prompt the model is trained on does: a saved
+    checkpoint's tokenizer then encodes prompts as the trainer did. The trainer itself adds
+    <bos> by hand to ``encode(text, add_special_tokens=False)`` (rollout.encode_prompts).
+    """
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex(r".|\n"), behavior="isolated")
     core.decoder = decoders.Fuse()
+    bos = ("<bos>", vocab["<bos>"])
+    core.post_processor = processors.TemplateProcessing(single="<bos> $A", pair="<bos> $A <bos> $B", special_tokens=[bos])
     return PreTrainedTokenizerFast(
         tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>", unk_token="<unk>"
     )
