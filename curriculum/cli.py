@@ -109,7 +109,8 @@ def _print_summary(cfg: Config, resume: bool, changed: list[str]) -> None:
     elif RunDir(cfg.run.dir).has_checkpoints():
         run_dir += " (holds a run already: train refuses it, train --resume continues it)"
     t = cfg.model.tiny
-    model = cfg.model.path or f"embedded tiny ({t.layers} layers, hidden {t.hidden_size}, {t.heads} heads)"
+    model = cfg.model.path + (f"@{cfg.model.revision}" if cfg.model.revision else "") or \
+        f"embedded tiny ({t.layers} layers, hidden {t.hidden_size}, {t.heads} heads)"
     lora = f", LoRA r={cfg.model.lora.r}" if cfg.model.lora.enabled else ""
     kwargs = ", ".join(f"{k}={v}" for k, v in cfg.env.kwargs.items())
     print("config OK")

@@ -93,8 +93,17 @@ class WarmupConfig:
 
 @dataclass
 class ModelConfig:
-    # Local Hugging Face model directory; empty means the embedded tiny model.
+    # Hugging Face model: a local directory, or a model id (org/name) already in the local Hugging Face
+    # cache (nothing is downloaded); empty means the embedded tiny model.
     path: str = ""
+    # Tokenizer directory (or cached model id) when it is not model.path's; empty = model.path's.
+    tokenizer_path: str = ""
+    # Branch, tag or commit of a model.path taken from the Hugging Face cache; empty = its main branch.
+    revision: str = ""
+    # Run the Python code a model directory ships (modeling_*.py): models transformers does not include need it.
+    trust_remote_code: bool = False
+    # Attention kernel of a model.path model: eager, sdpa, flash_attention_2, ...; empty = transformers' default.
+    attn_implementation: str = ""
     # Parameter dtype: float32, bfloat16 or float16.
     dtype: str = "float32"
     # With LoRA: both roles share one frozen base with two adapters (one copy of weights).
@@ -730,6 +739,12 @@ def _check_choices(cfg: Config) -> None:
     _need(cfg.curriculum.sampler in SAMPLERS, f"curriculum.sampler {cfg.curriculum.sampler!r}; choose from {sorted(SAMPLERS)}")
     _need(cfg.run.device in ("auto", "cpu", "cuda"), f"run.device {cfg.run.device!r}; choose auto, cpu or cuda")
     _need(cfg.model.dtype in ("float32", "bfloat16", "float16"), f"model.dtype {cfg.model.dtype!r}; choose float32, bfloat16 or float16")
+    if cfg.model.attn_implementation:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        kernels = ["eager", *ALL_ATTENTION_FUNCTIONS.valid_keys()]
+        _need(cfg.model.attn_implementation in kernels,
+              f"model.attn_implementation {cfg.model.attn_implementation!r}; choose from {', '.join(kernels)}, or empty")
     _need(cfg.rl.backend in ("auto", "torch", "triton"), f"rl.backend {cfg.rl.backend!r}; choose auto, torch or triton")
     _need(cfg.wandb.mode in ("offline", "online", "disabled"), f"wandb.mode {cfg.wandb.mode!r}; choose offline, online or disabled")
     for role in ("challenger", "solver"):
@@ -772,14 +787,56 @@ def _check_combinations(cfg: Config) -> None:
               f"{role}.loss.minibatch_size ({mb}) must divide batch_prompts*group_size ({batch}) and be a multiple of group_size ({rc.group_size})")
 
 
+def local_model_dir(name: str, revision: str = "") -> Path | None:
+    """The directory holding Hugging Face model ``name``: ``name`` itself, or the snapshot of model id
+    ``name`` (org/model) at ``revision`` in the local Hugging Face cache; None if neither. Never downloads."""
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    if path.is_absolute() or name.count("/") != 1:  # a path that is not there, not a model id
+        return None
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(name, revision=revision or None, local_files_only=True))
+    except (OSError, ValueError):  # not cached at that revision (LocalEntryNotFoundError), not a valid id
+        return None
+
+
+# Any of these makes a directory a tokenizer's (fast, its config, sentencepiece, BPE vocabulary).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return any((path / f).is_file() for f in TOKENIZER_FILES)
+
+
 def _check_paths(cfg: Config) -> None:
-    """Files the run reads: a local model directory, a DeepSpeed JSON."""
+    """Files the run reads: the model and tokenizer directories, a DeepSpeed JSON."""
     import json
 
-    if cfg.model.path:
-        path = Path(cfg.model.path).expanduser()
-        _need(path.is_dir(), f"model.path {cfg.model.path!r} is not a local directory (nothing is downloaded)")
-        _need((path / "config.json").is_file(), f"model.path {cfg.model.path!r} has no config.json: not a Hugging Face model directory")
+    m = cfg.model
+    if not m.path:
+        for key in ("tokenizer_path", "revision", "trust_remote_code", "attn_implementation"):
+            _need(not getattr(m, key), f"model.{key} ({getattr(m, key)!r}) applies to a model.path model; "
+                                       "model.path is empty (the embedded tiny model)")
+    else:
+        where = local_model_dir(m.path, m.revision)
+        at = f" at revision {m.revision!r}" if m.revision else ""
+        _need(where is not None, f"model.path {m.path!r} is not a local directory, nor a model id in the local "
+                                 f"Hugging Face cache{at} (nothing is downloaded)")
+        _need(not m.revision or not Path(m.path).expanduser().is_dir(),
+              f"model.revision ({m.revision!r}) picks a version of a model id in the Hugging Face cache; "
+              f"model.path {m.path!r} is a directory, which holds one version: leave model.revision empty")
+        _need((where / "config.json").is_file(), f"model.path {m.path!r} has no config.json: not a Hugging Face model directory")
+        # transformers builds an empty tokenizer from a directory without one, rather than failing
+        _need(bool(m.tokenizer_path) or _has_tokenizer(where), f"model.path {m.path!r} holds no tokenizer "
+              f"({', '.join(TOKENIZER_FILES)}); name its directory in model.tokenizer_path")
+    if m.tokenizer_path:
+        where = local_model_dir(m.tokenizer_path)
+        _need(where is not None, f"model.tokenizer_path {m.tokenizer_path!r} is not a local directory, nor a model id "
+                                 "in the local Hugging Face cache (nothing is downloaded)")
+        _need(_has_tokenizer(where), f"model.tokenizer_path {m.tokenizer_path!r} holds no tokenizer ({', '.join(TOKENIZER_FILES)})")
     ds = cfg.distributed.deepspeed_config
     if cfg.distributed.engine == "deepspeed" and ds:
         path = Path(ds).expanduser()

@@ -130,6 +130,11 @@ OVERRIDES = [
     ("run-dir-blank", ["run.dir=' '"], "run.dir is empty"),
     ("run-dir-nul", ['run.dir="runs/a\\0b"'], "run.dir ('runs/a\\x00b') contains a NUL character"),
     ("model-path-missing", ["model.path=/nonexistent/model"], "is not a local directory"),
+    ("model-id-not-cached", ["model.path=nobody-has/this-model"], "nor a model id in the local Hugging Face cache"),
+    ("tokenizer-path-alone", ["model.tokenizer_path=/tmp"], "model.tokenizer_path ('/tmp') applies to a model.path model"),
+    ("revision-alone", ["model.revision=v1"], "model.revision ('v1') applies to a model.path model"),
+    ("remote-code-alone", ["model.trust_remote_code=true"], "model.trust_remote_code (True) applies to a model.path"),
+    ("attn-unknown", ["model.attn_implementation=fastest"], "model.attn_implementation 'fastest'; choose from eager, "),
     ("plugin-missing", ["run.plugins=[nowhere_at_all.py]"], "run.plugins: cannot import"),
     ("plugin-nul", ['run.plugins=["a\\0b.py"]'], "contains a NUL character"),
     ("deepspeed-json-missing", ["distributed.engine=deepspeed", "distributed.deepspeed_config=/nonexistent.json"],
@@ -244,6 +249,19 @@ def test_cuda_asked_for_without_cuda(capsys, monkeypatch):
 def test_a_model_directory_without_a_model(capsys, tmp_path):
     assert_refused(*in_process(["validate", DEMO, f"model.path={tmp_path}"], capsys),
                    f"model.path '{tmp_path}' has no config.json")
+
+
+def test_a_model_directory_without_a_tokenizer(capsys, tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    model = f"model.path={tmp_path}"
+    assert_refused(*in_process(["validate", DEMO, model], capsys), "holds no tokenizer (tokenizer.json, ")
+    assert_refused(*in_process(["validate", DEMO, model, "model.tokenizer_path=/nonexistent/tok"], capsys),
+                   "model.tokenizer_path '/nonexistent/tok' is not a local directory")
+    assert_refused(*in_process(["validate", DEMO, model, f"model.tokenizer_path={tmp_path}"], capsys),
+                   f"model.tokenizer_path '{tmp_path}' holds no tokenizer")
+    (tmp_path / "tokenizer.json").write_text("{}")
+    assert_refused(*in_process(["validate", DEMO, model, "model.revision=main"], capsys),
+                   f"model.path '{tmp_path}' is a directory, which holds one version")
 
 
 @pytest.mark.parametrize("text,expect", [("{zero: 2", "is not readable JSON"), ("[2]", "must hold a JSON object")])

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from curriculum.config import Config, OptimConfig
+from curriculum.config import Config, ModelConfig, OptimConfig, local_model_dir
 from curriculum.engine.rl import sequence_logprobs
 from curriculum.errors import ConfigError
 
@@ -89,6 +89,22 @@ def make_optimizer(params, cfg: OptimConfig):
     return opt, sched
 
 
+def model_dir(m: ModelConfig) -> Path:
+    """The local directory of ``model.path`` (at ``model.revision`` for a model id in the HF cache)."""
+    path = local_model_dir(m.path, m.revision)
+    if path is None:  # validated at load_config; the cache or directory changed since
+        raise FileNotFoundError(f"model.path {m.path!r} is no longer a local directory or cached model")
+    return path
+
+
+def hf_kwargs(m: ModelConfig) -> dict:
+    """``from_pretrained`` arguments of a model.path model (and of checkpoints trained from it)."""
+    kwargs = {"dtype": DTYPES[m.dtype], "trust_remote_code": m.trust_remote_code}
+    if m.attn_implementation:  # otherwise transformers picks (sdpa where it can)
+        kwargs["attn_implementation"] = m.attn_implementation
+    return kwargs
+
+
 def load_tokenizer(cfg: Config):
     """The tokenizer of the run: the embedded one, or the local model's (pad and bos filled in)."""
     if not cfg.model.path:
@@ -97,7 +113,11 @@ def load_tokenizer(cfg: Config):
         return tiny.build_tokenizer()
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(Path(cfg.model.path).expanduser())
+    m = cfg.model
+    where = local_model_dir(m.tokenizer_path) if m.tokenizer_path else model_dir(m)
+    if where is None:
+        raise FileNotFoundError(f"model.tokenizer_path {m.tokenizer_path!r} is no longer a local directory or cached model")
+    tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=m.trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     if tokenizer.bos_token_id is None:  # prompts start with bos; reuse eos as a separator
@@ -136,7 +156,7 @@ def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_pr
     hf_logging.disable_progress_bar()  # a bar per shard per checkpoint is noise in training logs
     tokenizer = load_tokenizer(cfg)
     if cfg.model.path:
-        model = AutoModelForCausalLM.from_pretrained(Path(cfg.model.path).expanduser(), dtype=DTYPES[cfg.model.dtype])
+        model = AutoModelForCausalLM.from_pretrained(model_dir(cfg.model), **hf_kwargs(cfg.model))
         return model, tokenizer
     from curriculum.engine import tiny
 
@@ -172,7 +192,7 @@ def load_solver(cfg: Config, checkpoint: Path, env, exclude: set[str], challenge
         role = Role("solver", get_peft_model(base, _lora_config(cfg, base), adapter_name="solver"), "solver", None, None)
         load_role_weights(role, checkpoint / "solver")
     else:
-        model = AutoModelForCausalLM.from_pretrained(checkpoint / "solver", dtype=DTYPES[cfg.model.dtype])
+        model = AutoModelForCausalLM.from_pretrained(checkpoint / "solver", **hf_kwargs(cfg.model))
         role, tokenizer = Role("solver", model, None, None, None), load_tokenizer(cfg)
     role.model.to(device).eval()
     return role, tokenizer

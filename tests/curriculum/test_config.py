@@ -12,8 +12,9 @@ SHIPPED = sorted((ROOT / "configs").glob("*.yaml"))
 def test_shipped_configs_validate(path, tmp_path, monkeypatch):
     # The GPU configs ask for run.device=cuda, which validation checks against this machine.
     monkeypatch.setattr("torch.cuda.is_available", lambda: True)
-    # model.path configs point at a user's local model; give them a model directory.
+    # model.path configs point at a user's local model; give them a model directory (with a tokenizer).
     (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "tokenizer_config.json").write_text("{}")
     cfg = load_config(path, [f"model.path={tmp_path}"] if "model:\n  path:" in path.read_text() else [])
     assert cfg.train.rounds >= 1
 
