@@ -20,7 +20,7 @@ import torch
 from curriculum.checkpoint import CheckpointManager
 from curriculum.config import Config, diff_keys, is_resumable, load_config
 from curriculum.engine.distributed import full_parameters
-from curriculum.engine.policy import load_role_weights, save_role
+from curriculum.engine.policy import load_role_weights, save_base, save_role
 from curriculum.errors import ConfigError
 
 
@@ -29,22 +29,28 @@ def checkpoint_name(round: int, stage: int) -> str:
     return f"round_{round:04d}" + (f"+{stage:03d}" if stage else "")
 
 
-def save(ckpt: CheckpointManager, name: str, dist, roles: dict, tokenizer, state: dict, files: dict[str, str]) -> Path:
+def save(ckpt: CheckpointManager, name: str, dist, roles: dict, tokenizer, state: dict, files: dict[str, str],
+         with_base: bool = False) -> Path:
     """Write checkpoint ``name``: every rank takes part (DeepSpeed gathers partitions), rank 0 writes.
 
-    ``files`` maps file names to their text. Returns the checkpoint's path on every rank,
-    also a barrier: no rank runs ahead of (or exits before) a complete checkpoint.
+    ``files`` maps file names to their text. ``with_base``: LoRA on a base that exists nowhere
+    else (the embedded model) also writes it, as ``base/``, and the adapters name it by absolute
+    path. Returns the checkpoint's path on every rank, also a barrier: no rank runs ahead of (or
+    exits before) a complete checkpoint.
     """
     main = dist.is_main
     path = None
+    base_dir = ckpt.dir.resolve() / name / "base" if with_base else None  # where it lies once renamed
     # A failed write leaves nothing behind; one that ran out of space is a DiskFullError that says so.
     with ckpt.writing(name) if main else contextlib.nullcontext() as tmp:
-        for role_name, role in roles.items():
+        for i, (role_name, role) in enumerate(roles.items()):
             trainer_state = role.trainer_state()
             with full_parameters(role):
                 if main:
-                    save_role(role, tmp / role_name, tokenizer)
+                    save_role(role, tmp / role_name, tokenizer, str(base_dir) if base_dir else None)
                     torch.save(trainer_state, tmp / f"{role_name}_optim.pt")
+                    if base_dir is not None and i == 0:  # both roles' bases are the same frozen weights
+                        save_base(role, tmp / "base", tokenizer)
         if main:
             torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
                         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}, tmp / "rng.pt")

@@ -419,7 +419,8 @@ class SelfPlayTrainer:
         files = {"pool.json": json.dumps(self.pool.state_dict()), "round_tasks.json": json.dumps(self.task_log),
                  "config.yaml": to_yaml(self.cfg)}  # the config: what a resume must agree with
         self.last_checkpoint = runstate.save(self.ckpt, runstate.checkpoint_name(self.round, self.stage), self.dist,
-                                             self.roles, self.tokenizer, state, files)
+                                             self.roles, self.tokenizer, state, files,
+                                             with_base=self.cfg.model.lora.enabled and not self.cfg.model.path)
         return self.last_checkpoint
 
     def fingerprint(self) -> str:

@@ -9,6 +9,7 @@ Sharing modes:
 from __future__ import annotations
 
 import copy
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,19 +183,32 @@ def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_pr
 
 def load_solver(cfg: Config, checkpoint: Path, env, exclude: set[str], challenger_prompt=None) -> tuple["Role", Any]:
     """The solver of a checkpoint, for evaluation: one role, no optimizer, on ``run.device``."""
+    role, tokenizer = load_role(cfg, checkpoint, "solver", env, exclude, challenger_prompt)
+    role.model.to(resolve_device(cfg.run.device))
+    return role, tokenizer
+
+
+def load_role(cfg: Config, checkpoint: Path, name: str, env, exclude: set[str], challenger_prompt=None) -> tuple["Role", Any]:
+    """Role ``name`` of a checkpoint with its tokenizer: one role, no optimizer, on the CPU, in eval mode.
+
+    A LoRA role's base is the checkpoint's ``base/`` (the embedded model), model.path, or, for
+    checkpoints older than ``base/``, the warmed-up embedded model rebuilt (or taken from its cache).
+    """
     from transformers import AutoModelForCausalLM
 
-    device = resolve_device(cfg.run.device)
     if cfg.model.lora.enabled:  # adapters need their base
         from peft import get_peft_model
 
-        base, tokenizer = load_base(cfg, env, exclude, progress=False, challenger_prompt=challenger_prompt)
-        role = Role("solver", get_peft_model(base, _lora_config(cfg, base), adapter_name="solver"), "solver", None, None)
-        load_role_weights(role, checkpoint / "solver")
+        if (checkpoint / "base").is_dir():
+            base, tokenizer = AutoModelForCausalLM.from_pretrained(checkpoint / "base", **hf_kwargs(cfg.model)), load_tokenizer(cfg)
+        else:
+            base, tokenizer = load_base(cfg, env, exclude, progress=False, challenger_prompt=challenger_prompt)
+        role = Role(name, get_peft_model(base, _lora_config(cfg, base), adapter_name=name), name, None, None)
+        load_role_weights(role, checkpoint / name)
     else:
-        model = AutoModelForCausalLM.from_pretrained(checkpoint / "solver", **hf_kwargs(cfg.model))
-        role, tokenizer = Role("solver", model, None, None, None), load_tokenizer(cfg)
-    role.model.to(device).eval()
+        model = AutoModelForCausalLM.from_pretrained(checkpoint / name, **hf_kwargs(cfg.model))
+        role, tokenizer = Role(name, model, None, None, None), load_tokenizer(cfg)
+    role.model.eval()
     return role, tokenizer
 
 
@@ -263,13 +277,37 @@ def _lora_roles(cfg: Config, base) -> dict[str, Role]:
     return roles
 
 
-def save_role(role: Role, path: Path, tokenizer) -> None:
-    """Hugging Face / peft format: ``from_pretrained(path)`` loads it directly."""
+def save_role(role: Role, path: Path, tokenizer, base_model: str | None = None) -> None:
+    """Hugging Face / peft format, with the tokenizer: ``from_pretrained(path)`` loads it directly.
+
+    A LoRA role is a peft adapter directory (adapter_config.json at its top, whatever the
+    adapter's name): ``AutoPeftModelForCausalLM.from_pretrained(path)`` loads it onto the base
+    its config names (``base_model`` if given), ``PeftModel.from_pretrained(base, path)`` onto any.
+    """
     path.mkdir(parents=True, exist_ok=True)
     if role.adapter is not None:
         role.model.save_pretrained(path, selected_adapters=[role.adapter])
+        nested = path / role.adapter  # where peft puts an adapter not named "default"
+        if nested.is_dir():
+            for f in nested.iterdir():
+                f.replace(path / f.name)
+            nested.rmdir()
+        if base_model is not None:
+            config_file = path / "adapter_config.json"
+            config = json.loads(config_file.read_text())
+            config["base_model_name_or_path"] = base_model
+            config_file.write_text(json.dumps(config, indent=2, sort_keys=True))
     else:
         role.model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def save_base(role: Role, path: Path, tokenizer) -> None:
+    """The frozen base under a LoRA role's adapters, as a plain model directory (with the tokenizer)."""
+    base = role.model.get_base_model()
+    # peft wraps each targeted layer: its own weights become <name>.base_layer.*, beside lora_*
+    state = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if "lora_" not in k}
+    base.save_pretrained(path, state_dict=state)
     tokenizer.save_pretrained(path)
 
 
@@ -280,9 +318,11 @@ def load_role_weights(role: Role, path: Path) -> None:
     if role.adapter is not None:
         from peft import set_peft_model_state_dict
 
-        files = list(path.rglob("adapter_model.safetensors"))
+        # At the top of the role's directory; checkpoints of older versions have it one level down.
+        files = [d / "adapter_model.safetensors" for d in (path, path / role.adapter)]
+        files = [f for f in files if f.is_file()]
         if not files:
-            raise FileNotFoundError(f"no adapter_model.safetensors under {path}")
+            raise FileNotFoundError(f"no adapter_model.safetensors in {path}")
         set_peft_model_state_dict(role.model, load_file(files[0]), adapter_name=role.adapter)
         return
     state = {}
