@@ -23,6 +23,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from curriculum.config import Config, ConfigError, diff_keys, is_resumable, key_specs, load_config  # noqa: E402
+from curriculum.errors import UsageError  # noqa: E402
 from curriculum.rundir import RunDir, run_status  # noqa: E402
 
 EXAMPLES = """\
@@ -32,6 +33,7 @@ examples:
   selfplay train --resume runs/try train.rounds=8
   selfplay status
   selfplay eval runs/try
+  selfplay export runs/try --out models/try-solver
   selfplay dashboard runs/try --serve
 
 `selfplay COMMAND --help` describes a command's arguments.
@@ -127,6 +129,14 @@ def _eval(args) -> int:
 
     results = evaluate_run(Path(args.run_dir))
     print(json.dumps(results, indent=1))
+    return 0
+
+
+def _export(args) -> int:
+    from curriculum.export import export_role
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")  # export runs on the CPU: deepspeed need not guess aloud
+    print(export_role(Path(args.run_dir), args.role, Path(args.out), args.merge, args.checkpoint))
     return 0
 
 
@@ -229,6 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("eval", help="score a run's latest checkpoint on the held-out benchmark")
     e.add_argument("run_dir", metavar="RUN_DIR")
     e.set_defaults(fn=_eval)
+    x = sub.add_parser("export", help="write a checkpoint's solver or challenger as a Hugging Face model directory")
+    x.add_argument("run_dir", metavar="RUN_DIR")
+    x.add_argument("--role", default="solver", help="solver (default) or challenger")
+    x.add_argument("--out", required=True, metavar="DIR", help="where to write it: a new or empty directory")
+    x.add_argument("--merge", action="store_true",
+                   help="LoRA runs: merge the adapter into its base (a plain model); without it, a peft adapter directory")
+    x.add_argument("--checkpoint", metavar="NAME", help="e.g. round_0003 (default: the newest intact one)")
+    x.set_defaults(fn=_export)
     s = sub.add_parser("status", help="state, round and newest checkpoint of runs")
     s.add_argument("run_dirs", nargs="*", metavar="RUN_DIR", help="runs to show (default: every run under --root)")
     s.add_argument("--root", default="runs", help="where to look when no run is named (default: runs)")
@@ -275,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except ConfigError as exc:
         print(f"selfplay: config error: {' '.join(str(exc).splitlines())}", file=sys.stderr)  # one line, always
+        return 2
+    except UsageError as exc:
+        print(f"selfplay: {exc}", file=sys.stderr)
         return 2
     except FileNotFoundError as exc:
         print(f"selfplay: {exc}", file=sys.stderr)

@@ -17,3 +17,7 @@ class DiskFullError(OSError):
 
     def __str__(self) -> str:
         return f"cannot write {self.filename}: {self.strerror}"
+
+
+class UsageError(ValueError):
+    """A command line asking for something that is not there (a role, a checkpoint); said in one line."""

@@ -1,11 +1,15 @@
 """Models as users have them, built offline: a random-init Qwen2 (a real architecture) saved with a
-byte-level BPE tokenizer in Qwen's format (no bos, <|endoftext|> ends and pads, a chat template)."""
+byte-level BPE tokenizer in Qwen's format (no bos, <|endoftext|> ends and pads, a chat template);
+and greedy answers as the trainer computes them and as a user of transformers does."""
 from __future__ import annotations
 
 import random
 from pathlib import Path
 
 import torch
+
+from curriculum.engine.rollout import generate
+from curriculum.envs import make_env
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -60,3 +64,22 @@ def cache_qwen(cache: Path, repo_id: str, revisions: dict[str, int]) -> dict[str
         (repo / "refs" / name).write_text(commit)
         commits[name] = commit
     return commits
+
+
+def prompts(n: int = 6) -> list[str]:
+    env, rng = make_env("arithmetic"), random.Random(0)
+    return [env.solver_prompt(env.sample_task(1 + i % 3, rng)) for i in range(n)] + [env.challenger_prompt()]
+
+
+def trainer_answers(model, tok, texts: list[str], max_new_tokens: int = 8) -> list[list[int]]:
+    return [c.completion_ids for c in generate(model, tok, texts, max_new_tokens=max_new_tokens, greedy=True)]
+
+
+def hf_answers(model, tok, texts: list[str], max_new_tokens: int = 8) -> list[list[int]]:
+    """Greedy answers the way a user writes them: ``tok(text)``, ``generate``, cut after eos."""
+    out = []
+    for text in texts:
+        enc = tok(text, return_tensors="pt")
+        seq = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)[0, enc.input_ids.shape[1]:].tolist()
+        out.append(seq[: seq.index(tok.eos_token_id) + 1] if tok.eos_token_id in seq else seq)
+    return out

@@ -2,7 +2,6 @@
 its tokenizer encodes prompts as the trainer did, and greedy answers from the reloaded pair
 are the trainer's."""
 import json
-import random
 
 import pytest
 import torch
@@ -12,28 +11,9 @@ from curriculum.checkpoint import CheckpointManager
 from curriculum.config import load_config
 from curriculum.engine.distributed import SingleProcess
 from curriculum.engine.policy import build_roles, load_role_weights, save_role
-from curriculum.engine.rollout import encode_prompts, generate
+from curriculum.engine.rollout import encode_prompts
 from curriculum.engine.tiny import build_model, build_tokenizer
-from curriculum.envs import make_env
-
-
-def prompts(n: int = 6) -> list[str]:
-    env, rng = make_env("arithmetic"), random.Random(0)
-    return [env.solver_prompt(env.sample_task(1 + i % 3, rng)) for i in range(n)] + [env.challenger_prompt()]
-
-
-def trainer_answers(model, tok, texts: list[str], max_new_tokens: int = 8) -> list[list[int]]:
-    return [c.completion_ids for c in generate(model, tok, texts, max_new_tokens=max_new_tokens, greedy=True)]
-
-
-def hf_answers(model, tok, texts: list[str], max_new_tokens: int = 8) -> list[list[int]]:
-    """Greedy answers the way a user writes them: ``tok(text)``, ``generate``, cut after eos."""
-    out = []
-    for text in texts:
-        enc = tok(text, return_tensors="pt")
-        seq = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False)[0, enc.input_ids.shape[1]:].tolist()
-        out.append(seq[: seq.index(tok.eos_token_id) + 1] if tok.eos_token_id in seq else seq)
-    return out
+from tests.hf_models import hf_answers, prompts, trainer_answers
 
 
 def tiny_roles(overrides: list[str]):
