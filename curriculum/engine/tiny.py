@@ -5,6 +5,7 @@ own generator (``warm_up``) so that both roles know the formats before RL.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -188,25 +189,43 @@ def load_or_build(cache_dir: str, payload: dict, build, progress: bool = False):
     """Build the warmed-up model with ``build()``, or load it from ``cache_dir/<hash of payload>``.
 
     An entry records the SHA-256 of its weights; one that does not match (flipped bytes, a
-    torn copy) is rebuilt with a warning, never used.
+    torn copy) is rebuilt with a warning, never used. Processes that want the same entry at
+    once (arms of a comparison, ranks on one host) take turns on a lock file: one builds,
+    the others wait and load it.
     """
-    path = Path(cache_dir).expanduser() / f"tiny-{cache_key(payload)}" if cache_dir else None
-    if path is not None and (path / "done").exists():
-        try:
-            expected = json.loads((path / "done").read_text()).get("weights_sha256")
-        except (OSError, ValueError, AttributeError):
-            expected = None
-        if expected is not None and expected == _weights_sha(path):
-            return LlamaForCausalLM.from_pretrained(path)
-        log.warning("warm-up cache entry %s does not match its recorded checksum; rebuilding it", path)
-        shutil.rmtree(path, ignore_errors=True)
-    model = build()
-    if path is not None:
+    if not cache_dir:
+        return build()
+    path = Path(cache_dir).expanduser() / f"tiny-{cache_key(payload)}"
+    model = _load_cached(path)
+    if model is not None:
+        return model
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        model = _load_cached(path)  # another process may have built it while this one waited
+        if model is not None:
+            return model
+        model = build()
         tmp = path.with_name(path.name + f".tmp{random.getrandbits(32)}")
         model.save_pretrained(tmp)
         (tmp / "done").write_text(json.dumps({**payload, "weights_sha256": _weights_sha(tmp)}))
         try:
             tmp.rename(path)
-        except OSError:  # another process won the race; theirs is the same model
+        except OSError:  # an entry written without the lock (an older version); theirs is the same model
             shutil.rmtree(tmp, ignore_errors=True)
     return model
+
+
+def _load_cached(path: Path):
+    """The entry's model if it is complete and its weights match their checksum; else None (and gone)."""
+    if not (path / "done").exists():
+        return None
+    try:
+        expected = json.loads((path / "done").read_text()).get("weights_sha256")
+    except (OSError, ValueError, AttributeError):
+        expected = None
+    if expected is not None and expected == _weights_sha(path):
+        return LlamaForCausalLM.from_pretrained(path)
+    log.warning("warm-up cache entry %s does not match its recorded checksum; rebuilding it", path)
+    shutil.rmtree(path, ignore_errors=True)
+    return None

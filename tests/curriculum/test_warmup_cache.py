@@ -1,5 +1,7 @@
 """The warm-up cache: its key covers what changes the model, and a damaged entry is rebuilt, never used."""
 import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -44,7 +46,7 @@ def test_damaged_entry_is_rebuilt(tmp_path, caplog):
     cfg = load_config(None, SMALL + [f"model.warmup.cache_dir={tmp_path}"])
     env = make_env("arithmetic", num_levels=2)
     first, _ = load_base(cfg, env, set(), progress=False)
-    (entry,) = [p for p in tmp_path.iterdir() if p.name.startswith("tiny-")]
+    (entry,) = [p for p in tmp_path.iterdir() if p.name.startswith("tiny-") and p.is_dir()]
     weights = next(entry.glob("*.safetensors"))
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF  # one flipped bit in the last weight
@@ -77,3 +79,22 @@ def test_bucketed_warmup_loss_and_gradient_equal_one_padded_batch():
     assert float(loss) == pytest.approx(float(whole), rel=1e-5)
     for n, p in model.named_parameters():
         assert torch.allclose(p.grad, bucketed[n], atol=1e-6), n
+
+
+def test_concurrent_builders_of_one_entry_build_it_once(tmp_path):
+    tok = tiny.build_tokenizer()
+    builds = []
+
+    def build():
+        builds.append(1)
+        time.sleep(0.3)  # long enough for the other caller to arrive while this one builds
+        torch.manual_seed(0)
+        return tiny.build_model(tok, 16, 1, 2, 32)
+
+    with ThreadPoolExecutor(3) as pool:
+        models = list(pool.map(lambda _: tiny.load_or_build(str(tmp_path), {"k": 1}, build), range(3)))
+    assert len(builds) == 1
+    for m in models[1:]:
+        for a, b in zip(models[0].state_dict().values(), m.state_dict().values()):
+            assert torch.equal(a, b)
+    assert not [p for p in tmp_path.iterdir() if ".tmp" in p.name]
