@@ -153,3 +153,26 @@ def test_second_signal_exits_at_once(tmp_path, common):
     assert "second signal" in err
     # What was written before is intact and resumable.
     selfplay("train", "--resume", run, "train.rounds=1")
+
+
+@pytest.mark.slow
+def test_readers_during_a_live_run_lose_nothing(tmp_path, straight, common):
+    """eval, status and dashboard while the trainer writes: its metrics, tasks and weights are the straight run's."""
+    run = tmp_path / "live"
+    proc = start("train", "configs/demo_cpu.yaml", *common, "--run-dir", run)
+    reads = 0
+    while proc.poll() is None and reads < 3:
+        if (run / "checkpoints" / "latest").exists() and metric_lines(run) > 2 + 3 * reads:
+            for args in (["eval", run], ["status", run, "--json"], ["dashboard", run, "--out", tmp_path / "page.html"]):
+                out = selfplay(*args, check=False)
+                assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr[-3000:]
+            reads += 1
+        time.sleep(0.05)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert reads >= 1, "the run ended before any reader ran"
+    assert final_weights(run) == final_weights(straight)
+    assert strip_times(metrics(run)) == strip_times(metrics(straight))
+    for r in (1, 2, 3):
+        name = f"round_{r:04d}.jsonl"
+        assert (run / "tasks" / name).read_text() == (straight / "tasks" / name).read_text()
