@@ -21,7 +21,7 @@ from challenger.rewards import challenger_rewards, repetition_penalty
 class ChallengerEnv(Protocol):
     """What the challenger needs of an environment."""
 
-    def challenger_prompt(self) -> str: ...
+    def challenger_prompt(self) -> str | list[dict]: ...
 
     def parse_proposal(self, text: str) -> Any: ...
 
@@ -30,11 +30,13 @@ class ChallengerEnv(Protocol):
 
 @dataclass
 class Proposal:
-    """One sampled proposal: its completion, what parsing made of it, and (once probed) its solve rate."""
+    """One sampled proposal: its completion, what parsing made of it and, once probed, its solve rate
+    and the answer it was graded against (its reference answer, or the solver's majority label)."""
 
     completion: Any
     parsed: Parsed
     solve_rate: float | None = None
+    label: str | None = None
 
     @property
     def valid(self) -> bool:
@@ -54,6 +56,15 @@ def proposal_prompt(prefix: str, references: Sequence[str]) -> str:
     return "".join(f"{prefix}{ref}\n" for ref in references) + prefix
 
 
+def proposal_messages(messages: Sequence[dict], references: Sequence[str]) -> list[dict]:
+    """Chat prompt with references: the last message (the user's request) gains the references,
+    each as the proposal that would pose it, as examples to differ from; none gives ``messages``."""
+    out = [dict(m) for m in messages]
+    if references:
+        out[-1]["content"] += "\n\nTasks already posed (propose a different one):\n\n" + "\n\n".join(references)
+    return out
+
+
 class Challenger:
     """Proposes tasks of ``env``; is rewarded for tasks at the solver's frontier that are not repeats."""
 
@@ -65,11 +76,13 @@ class Challenger:
         self.repetition_threshold = repetition_threshold
         self.invalid_reward = invalid_reward
 
-    def prompt(self, references: Sequence[Any] = ()) -> str:
-        """The prompt of one group, conditioned on reference tasks (none: the environment's plain prompt)."""
-        return proposal_prompt(self.env.challenger_prompt(), [self.env.format_proposal(t) for t in references])
+    def prompt(self, references: Sequence[Any] = ()) -> str | list[dict]:
+        """The prompt of one group, conditioned on reference tasks (none: the environment's own prompt):
+        text few-shot (``proposal_prompt``) or chat messages (``proposal_messages``), as the environment writes it."""
+        base, refs = self.env.challenger_prompt(), [self.env.format_proposal(t) for t in references]
+        return proposal_prompt(base, refs) if isinstance(base, str) else proposal_messages(base, refs)
 
-    def propose(self, prompts: Sequence[str], sample: Callable[[list[str]], list]) -> list[Proposal]:
+    def propose(self, prompts: Sequence[Any], sample: Callable[[list[str]], list]) -> list[Proposal]:
         """One proposal per prompt; a truncated or unparsable one is a rejection, never an exception."""
         completions = sample(list(prompts))
         parsed = parse_proposals([c.text for c in completions], self.env.parse_proposal,

@@ -124,6 +124,14 @@ class EnvConfig:
 
 
 @dataclass
+class PromptConfig:
+    # How prompts reach the model: chat (the tokenizer's chat template over the environment's messages,
+    # exactly as apply_chat_template(messages, add_generation_prompt=True)), plain (the text as the tokenizer
+    # encodes it; the embedded model, base models) or auto (chat when the tokenizer has a template).
+    style: str = "auto"
+
+
+@dataclass
 class SamplingConfig:
     # Sampling temperature.
     temperature: float = 1.0
@@ -229,6 +237,10 @@ class CurriculumConfig:
     filter_max_batches: int = 4
     # adaptive: weight every level keeps on top of p(1-p), so closed levels are revisited.
     adaptive_floor: float = 0.02
+    # Environments without reference answers (math): share of probed proposals matched by labelled
+    # generator tasks, probed with their answers hidden, to measure how often the solver's majority
+    # pseudo-label is right (curriculum/label_accuracy); at least one per probe when > 0; 0 = none.
+    label_check_rate: float = 0.0
 
 
 @dataclass
@@ -314,6 +326,7 @@ class Config:
     run: RunConfig = field(default_factory=RunConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
+    prompt: PromptConfig = field(default_factory=PromptConfig)
     challenger: RoleConfig = field(default_factory=RoleConfig)
     solver: RoleConfig = field(default_factory=RoleConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
@@ -676,6 +689,7 @@ RANGES: dict[str, Range] = {
     "curriculum.max_level": _NON_NEGATIVE,
     "curriculum.filter_max_batches": Range(1, 1000),
     "curriculum.adaptive_floor": _NON_NEGATIVE,
+    "curriculum.label_check_rate": _FRACTION,
     "train.rounds": Range(1, 9999),  # checkpoint names hold the round in four digits
     "eval.seed": _SEED,
     "eval.per_level": Range(1, 1000),  # the benchmark draws up to 50x this many tasks per level
@@ -737,6 +751,7 @@ def _check_choices(cfg: Config) -> None:
     _need(cfg.reward.frontier in FRONTIER_REWARDS, f"reward.frontier {cfg.reward.frontier!r}; choose from {sorted(FRONTIER_REWARDS)}")
     _need(cfg.curriculum.mode in MODES, f"curriculum.mode {cfg.curriculum.mode!r}; choose from {', '.join(MODES)}")
     _need(cfg.curriculum.sampler in SAMPLERS, f"curriculum.sampler {cfg.curriculum.sampler!r}; choose from {sorted(SAMPLERS)}")
+    _need(cfg.prompt.style in ("auto", "chat", "plain"), f"prompt.style {cfg.prompt.style!r}; choose auto, chat or plain")
     _need(cfg.run.device in ("auto", "cpu", "cuda"), f"run.device {cfg.run.device!r}; choose auto, cpu or cuda")
     _need(cfg.model.dtype in ("float32", "bfloat16", "float16"), f"model.dtype {cfg.model.dtype!r}; choose float32, bfloat16 or float16")
     if cfg.model.attn_implementation:
@@ -768,6 +783,8 @@ def _check_combinations(cfg: Config) -> None:
     cc = cfg.curriculum
     _need(cc.probe_samples_max == 0 or cc.probe_samples_max > cc.probe_samples,
           f"curriculum.probe_samples_max ({cc.probe_samples_max}) must be 0 or more than curriculum.probe_samples ({cc.probe_samples})")
+    _need(cfg.prompt.style != "chat" or bool(cfg.model.path),
+          "prompt.style=chat needs a model.path model with a chat template; the embedded tiny model reads plain prompts")
     ec = cfg.eval
     _need(ec.greedy or ec.samples > 0, "eval.greedy=false and eval.samples=0 leave nothing to evaluate")
     _need(ec.samples == 0 or ec.temperature > 0,
@@ -864,7 +881,10 @@ def _check_env(cfg: Config) -> None:
 
     kwargs = cfg.env.kwargs
     _need(all(isinstance(k, str) for k in kwargs), f"env.kwargs ({kwargs}) must be keyword names")
-    make_env(cfg.env.name, **kwargs)
+    env = make_env(cfg.env.name, **kwargs)
+    _need(bool(cfg.model.path) or not getattr(env, "needs_pretrained_model", False),
+          f"env.name={cfg.env.name} needs a pretrained model (its prompts are natural language); set model.path "
+          "to a local instruct model (the embedded tiny model reads only the toy environments)")
 
 
 def _check_distributed(cfg: Config) -> None:

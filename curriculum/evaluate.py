@@ -14,6 +14,7 @@ import torch
 from curriculum.checkpoint import read_state
 from curriculum.config import load_config
 from curriculum.envs import Task, benchmark, make_env
+from curriculum.engine.prompts import resolve_style
 from curriculum.engine.rollout import generate
 from curriculum.errors import ConfigError
 from curriculum.rundir import RunDir
@@ -27,12 +28,14 @@ FRONTIER = 0.5
 
 @torch.no_grad()
 def solver_scores(role, tokenizer, env, tasks: list[Task], *, k: int, temperature: float, max_new_tokens: int,
-                  batch_size: int, seed: int) -> list[list[float]]:
-    """``k`` scores per task (0 for an unfinished answer): greedy when ``temperature`` is 0, else sampled from ``seed``."""
+                  batch_size: int, seed: int, style: str = "plain") -> list[list[float]]:
+    """``k`` scores per task (0 for an unfinished answer): greedy when ``temperature`` is 0, else sampled from
+    ``seed``; prompts rendered in ``style`` (chat or plain)."""
     role.activate()
     greedy = temperature == 0
     sample = functools.partial(generate, role.model, tokenizer, max_new_tokens=max_new_tokens, greedy=greedy,
-                               temperature=1.0 if greedy else temperature, batch_size=batch_size, seed=seed)
+                               temperature=1.0 if greedy else temperature, batch_size=batch_size, seed=seed,
+                               style=style)
     attempts = Solver(env).attempt([t for t in tasks for _ in range(k)], sample)
     return [[a.score for a in attempts[i * k : (i + 1) * k]] for i in range(len(tasks))]
 
@@ -65,7 +68,8 @@ def frontier_level(report: dict[str, float], prefix: str) -> int:
     return max(reached, default=0)
 
 
-def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int) -> dict[str, float]:
+def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int,
+                    style: str = "plain") -> dict[str, float]:
     """Greedy accuracy and/or mean@k on ``tasks``, per level, and ``eval/frontier_level``.
 
     Sampling is seeded from ``eval_cfg.seed`` alone, so every round is scored on the
@@ -74,7 +78,8 @@ def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_siz
     report: dict[str, float] = {}
     for prefix, k, temperature in passes(eval_cfg):
         scores = solver_scores(role, tokenizer, env, tasks, k=k, temperature=temperature,
-                               max_new_tokens=eval_cfg.max_new_tokens, batch_size=batch_size, seed=eval_cfg.seed)
+                               max_new_tokens=eval_cfg.max_new_tokens, batch_size=batch_size, seed=eval_cfg.seed,
+                               style=style)
         report.update(accuracy_report(tasks, scores, prefix))
     report["eval/frontier_level"] = frontier_level(report, passes(eval_cfg)[-1][0])
     return report
@@ -94,7 +99,8 @@ def evaluate_run(run_dir: Path) -> dict:
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     tasks = benchmark(env, cfg.eval.seed, cfg.eval.per_level)
     role, tokenizer = load_solver(cfg, latest, env, {t.text for t in tasks}, Challenger(env).prompt)
-    results = evaluate_solver(role, tokenizer, env, tasks, cfg.eval, cfg.solver.sampling.batch_size)
+    style = resolve_style(cfg.prompt.style, tokenizer)
+    results = evaluate_solver(role, tokenizer, env, tasks, cfg.eval, cfg.solver.sampling.batch_size, style)
     results["round"] = int(read_state(latest)["round"])
     results["checkpoint"] = str(latest)
     return results

@@ -13,6 +13,7 @@ SUMMARY = [
     ("eval/accuracy", "acc {:.3f}"), ("eval/mean_at_k", "mean@k {:.3f}"), ("eval/frontier_level", "frontier L{:.0f}"),
     ("challenger/valid_fraction", "valid {:.2f}"), ("curriculum/accepted", "accepted {:.0f}"),
     ("curriculum/accepted_level_mean", "at level {:.2f}"), ("curriculum/pool_size", "pool {:.0f}"),
+    ("curriculum/label_accuracy", "label acc {:.2f}"),
     ("solver/reward_mean", "solver reward {:.3f}"), ("solver/no_signal_fraction", "no-signal {:.2f}"),
     ("tokens", "tokens {}"), ("time/round_s", "{:.1f} s"),
 ]

@@ -29,8 +29,9 @@ class Rollouts:
     """Proposals of the challenger and attempts of the solver, sharded over ``dist``'s ranks."""
 
     def __init__(self, cfg: Config, dist, roles: dict, tokenizer, challenger: Challenger, solver: Solver,
-                 progress: bool = False):
+                 progress: bool = False, style: str = "plain"):
         self.cfg = cfg
+        self.style = style  # prompt style, resolved: chat or plain
         self.dist = dist
         self.roles = roles
         self.tokenizer = tokenizer
@@ -59,12 +60,12 @@ class Rollouts:
         self._count("solver", [a.completion for a in attempts])
         return attempts
 
-    def scores(self, tasks: list, m: int, parts: tuple) -> dict[str, list[float]]:
-        """``m`` probe scores of each task at the probing temperature, by task text."""
+    def probe(self, tasks: list, m: int, parts: tuple) -> dict[str, list[Attempt]]:
+        """``m`` scored probe attempts at each task at the probing temperature, by task text."""
         if not tasks:
             return {}
         attempts = self.attempt(tasks, m, parts, desc="probe", temperature=self.cfg.curriculum.probe_temperature)
-        return {t.text: [a.score for a in attempts[i * m : (i + 1) * m]] for i, t in enumerate(tasks)}
+        return {t.text: attempts[i * m : (i + 1) * m] for i, t in enumerate(tasks)}
 
     def token_stats(self) -> dict[str, int]:
         return {f"{name}/generated_tokens": n for name, n in self.tokens.items()}
@@ -76,7 +77,7 @@ class Rollouts:
         role = self.roles[name].activate()
         return functools.partial(generate, role.model, self.tokenizer, max_new_tokens=sc.max_new_tokens,
                                  temperature=temperature or sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size,
-                                 seed=seed, desc=desc, progress=self.progress)
+                                 seed=seed, desc=desc, progress=self.progress, style=self.style)
 
     def sharded(self, items: list, unit: int, work, parts: tuple) -> list:
         """``work(items, seed)`` over this rank's share of ``items`` (in units of ``unit``), gathered.

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import random
 import time
 
@@ -29,6 +30,7 @@ from curriculum.config import Config, to_yaml
 from curriculum.engine.distributed import check_world, init_dist, run_sharded, wrap_deepspeed
 from curriculum.engine.grpo import grpo_update
 from curriculum.engine.policy import ROLES, build_roles, load_base, resolve_device
+from curriculum.engine.prompts import render_prompt, resolve_style
 from curriculum.engine.rollout import pack
 from curriculum.envs import Task, benchmark, make_env
 from curriculum.errors import ConfigError
@@ -40,7 +42,7 @@ from curriculum.rundir import RunDir, RunLock, claim
 from curriculum.signals import StopOnSignal
 from curriculum.sources import LevelSampler
 from solver.role import Attempt, Solver, has_signal, solve_rates
-from solver.verifier import solve_rate
+from solver.verifier import label_accuracy, solve_rate
 
 log = logging.getLogger("selfplay")
 
@@ -73,7 +75,9 @@ class SelfPlayTrainer:
         self.benchmark = benchmark(self.env, cfg.eval.seed, cfg.eval.per_level)
         self.held_out = {t.text for t in self.benchmark}
         self.roles = self._build_roles()
-        self.rollouts = Rollouts(cfg, self.dist, self.roles, self.tokenizer, self.challenger, self.solver, self.progress)
+        self.style = resolve_style(cfg.prompt.style, self.tokenizer)  # chat or plain
+        self.rollouts = Rollouts(cfg, self.dist, self.roles, self.tokenizer, self.challenger, self.solver, self.progress,
+                                 style=self.style)
         cc = cfg.curriculum
         self.pool = TaskPool(cc.pool_capacity, cc.max_age, cc.sampler)
         self.levels = LevelSampler(self.env, cc.max_level, adaptive=cc.mode == "adaptive", floor=cc.adaptive_floor)
@@ -191,8 +195,8 @@ class SelfPlayTrainer:
         if phase == "challenger":
             n = self.cfg.challenger.batch_prompts * self.cfg.challenger.group_size
             proposals = self.propose(r, "challenger", step, n)
-            self.probe(proposals, r, "probe", step)
-            self.update_challenger(r, step, proposals)
+            checks = self.probe(proposals, r, "probe", step)
+            self.update_challenger(r, step, proposals, checks)
         elif phase == "fill":
             self.fill_pool(r)
         else:
@@ -218,26 +222,61 @@ class SelfPlayTrainer:
             return [e.task for e in rng.sample(entries, min(k, len(entries)))]
         return [self.env.sample_task(1, rng) for _ in range(k)]
 
-    def probe(self, proposals: list[Proposal], r: int, phase: str, step: int) -> None:
+    def probe(self, proposals: list[Proposal], r: int, phase: str, step: int) -> dict[str, float]:
         """Probing: the frozen solver answers each distinct valid task m times; p = mean score.
 
-        With ``curriculum.probe_samples_max``, a task whose band decision is uncertain after m
-        samples gets more, and p is their mean over all of them.
+        A task without a reference answer is graded against the majority of its answers (its
+        pseudo-label, ``Proposal.label``), so p is that label's share. With
+        ``curriculum.probe_samples_max``, a task whose band decision is uncertain after m samples
+        gets more, and p (and the label) come from all of them. Returns the label checks' metrics.
         """
         cc = self.cfg.curriculum
         tasks = list({p.task.text: p.task for p in proposals if p.valid}.values())
         m = cc.probe_samples
-        scores = self.rollouts.scores(tasks, m, (r, phase, step))
+        attempts = self.rollouts.probe(tasks, m, (r, phase, step))
         if cc.probe_samples_max > m:
-            unsure = [t for t in tasks if near_band(float(np.mean(scores[t.text])), m, cc.band_low, cc.band_high)]
-            more = self.rollouts.scores(unsure, cc.probe_samples_max - m, (r, phase, step, "more"))
+            unsure = [t for t in tasks if near_band(float(np.mean([a.score for a in attempts[t.text]])), m,
+                                                        cc.band_low, cc.band_high)]
+            more = self.rollouts.probe(unsure, cc.probe_samples_max - m, (r, phase, step, "more"))
             for t in unsure:
-                scores[t.text] += more[t.text]
+                attempts[t.text] += more[t.text]
+        # a reference answer stands; a majority is counted again over every sample
+        labels = {t.text: t.answer or self.solver.grade(attempts[t.text]) for t in tasks}
         for p in proposals:
             if p.valid:
-                p.solve_rate = solve_rate(scores[p.task.text])
+                p.solve_rate = self._rate(attempts[p.task.text])
+                p.label = labels[p.task.text]
+        return self.check_labels(len(proposals), r, phase, step)
 
-    def update_challenger(self, r: int, step: int, proposals: list[Proposal]) -> None:
+    @staticmethod
+    def _rate(attempts: list[Attempt]) -> float:
+        return solve_rate([a.score for a in attempts])
+
+    def check_labels(self, n: int, r: int, phase: str, step: int) -> dict[str, float]:
+        """Label accuracy: ``curriculum.label_check_rate`` x ``n`` (at least one) labelled generator tasks
+        are probed like proposals with their answers hidden; each check's majority label, share and true
+        answer go to the round's task log, and ``curriculum/label_accuracy`` is the share of the round's
+        checks so far whose label is right."""
+        cc = self.cfg.curriculum
+        if cc.label_check_rate == 0 or not self.solver.votes:
+            return {}
+        rng = random.Random(derive_seed(self.cfg.run.seed, r, phase, step, "label_checks"))
+        truth = [self.env.sample_task(rng.randint(1, self.env.num_levels), rng)
+                 for _ in range(max(1, math.ceil(cc.label_check_rate * n)))]
+        m = cc.probe_samples
+        attempts = self.rollouts.attempt([dataclasses.replace(t, answer="") for t in truth], m,
+                                         (r, phase, step, "label_checks"), desc="label checks",
+                                         temperature=cc.probe_temperature)
+        for i, t in enumerate(truth):
+            group = attempts[i * m : (i + 1) * m]
+            label = self.solver.grade(group)
+            self.task_log.append({"round": r, "phase": f"{phase}_label_check", "task": t.to_dict(), "label": label,
+                                  "solve_rate": self._rate(group), "label_correct": self.solver.same(label, t.answer)})
+        checks = [rec for rec in self.task_log if rec["phase"].endswith("_label_check")]
+        accuracy = label_accuracy([c["label"] for c in checks], [c["task"]["answer"] for c in checks], self.solver.same)
+        return {"curriculum/label_accuracy": accuracy, "curriculum/label_checks": len(checks)}
+
+    def update_challenger(self, r: int, step: int, proposals: list[Proposal], checks: dict[str, float]) -> None:
         """Reward = gate x (frontier(p) - lambda x repetition); one GRPO step on the challenger."""
         reward_b, stats = self.challenger.rewards(proposals)
         g = self.cfg.challenger.group_size
@@ -245,6 +284,7 @@ class SelfPlayTrainer:
                        self.tokenizer.pad_token_id)
         out = self._update("challenger", rollout, r, step)
         out.update({f"challenger/{k}": v for k, v in stats.items()})
+        out.update(checks)
         out.update(self.rollouts.token_stats())
         self.monitor.log(out, round=r, phase="update_challenger")
         self._record_tasks(r, f"challenger_step_{step}", proposals, reward_b.tolist(), accepted=None)
@@ -253,12 +293,12 @@ class SelfPlayTrainer:
         """Curriculum: fresh proposals from the updated challenger; those in the band join the pool."""
         cc = self.cfg.curriculum
         proposals = self.propose(r, "fill", 0, cc.fill_proposals)
-        self.probe(proposals, r, "fill_probe", 0)
+        checks = self.probe(proposals, r, "fill_probe", 0)
         accepted, added = [], []
         for p in proposals:
             ok = p.valid and cc.band_low <= p.solve_rate <= cc.band_high and p.task.text not in self.held_out
             accepted.append(ok)
-            if ok and self.pool.add(PoolEntry(p.task, p.solve_rate, r, p.completion.text)):
+            if ok and self.pool.add(PoolEntry(self._labelled(p), p.solve_rate, r, p.completion.text)):
                 added.append(p)
         stats = {
             "curriculum/proposals": len(proposals),
@@ -272,9 +312,16 @@ class SelfPlayTrainer:
         stats.update(quantiles([1 - p.solve_rate for p in added], "curriculum/accepted_difficulty"))
         stats.update(quantiles([e.difficulty for e in self.pool.entries.values()], "curriculum/pool_difficulty"))
         stats.update(quantiles([float(e.task.level) for e in self.pool.entries.values()], "curriculum/pool_level"))
+        stats.update(checks)
         stats.update(self.rollouts.token_stats())
         self.monitor.log(stats, round=r, phase="fill_pool")
         self._record_tasks(r, "fill", proposals, None, accepted=accepted)
+
+    @staticmethod
+    def _labelled(p: Proposal) -> Task:
+        """A proposal's task as the pool keeps it: without a reference answer, with its pseudo-label
+        instead (the solver is graded against it from then on; R-Zero)."""
+        return p.task if p.task.answer or p.label is None else dataclasses.replace(p.task, answer=p.label)
 
     def update_solver(self, r: int, step: int) -> None:
         """Execution + update: G answers per task, verifier scores, one GRPO step on the solver."""
@@ -346,7 +393,7 @@ class SelfPlayTrainer:
             def work(tasks: list[Task], seed: int, k=k, temperature=temperature) -> list[list[float]]:
                 return solver_scores(self.roles["solver"], self.tokenizer, self.env, tasks, k=k, temperature=temperature,
                                      max_new_tokens=ec.max_new_tokens, batch_size=self.cfg.solver.sampling.batch_size,
-                                     seed=seed)
+                                     seed=seed, style=self.style)
 
             seed = derive_seed(ec.seed, "rank", self.dist.rank) if temperature > 0 and self.dist.world > 1 else ec.seed
             scores = run_sharded(self.dist, [[t] for t in self.benchmark], work, lambda u: seed, per_unit=False)
@@ -374,14 +421,20 @@ class SelfPlayTrainer:
     # ---------------------------------------------------------------- records
 
     def _record_tasks(self, r: int, phase: str, proposals: list[Proposal], rewards, accepted) -> None:
+        """One record per proposal: the challenger's prompt and the solver's as the models read them,
+        the proposal, what parsing made of it, its solve rate and label (reference or majority answer)."""
+        rendered: dict[str, str] = {}
         for i, p in enumerate(proposals):
             self.task_log.append({
                 "round": r, "phase": phase, "text": p.completion.text, "finished": p.completion.finished,
                 "task": p.task.to_dict() if p.valid else None,
                 "rejected": None if p.valid else p.parsed.reason,
-                "solve_rate": p.solve_rate,
+                "solve_rate": p.solve_rate, "label": p.label,
                 "reward": None if rewards is None else rewards[i],
                 "accepted": None if accepted is None else accepted[i],
+                "prompt": self.tokenizer.decode(p.completion.prompt_ids),
+                "solver_prompt": (rendered.setdefault(p.task.text, render_prompt(self.tokenizer, self.solver.prompt(p.task),
+                                                                                  self.style)) if p.valid else None),
             })
 
     def write_task_log(self, r: int) -> None:

@@ -3,30 +3,42 @@
 The solver does not own a model: the loop hands it ``sample(prompts) -> completions``
 (the rollout engine, seeded and sharded by the caller), so the same code serves probing,
 training batches and evaluation. A completion is anything with ``text`` and ``finished``.
+
+A task with a reference answer is scored by the environment. A task without one
+(``task.answer == ""``, as the math environment's proposals) is graded against the majority:
+the environment extracts each attempt's final answer, the most common one up to the
+environment's equivalence is the pseudo-label (R-Zero), and an attempt scores 1 if it voted for
+it; the label's share of the attempts is then the task's solve rate.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
-from solver.verifier import score_all, solve_rate
+from solver.verifier import score_all, solve_rate, vote
 
 
 class SolverEnv(Protocol):
-    """What the solver needs of an environment."""
+    """What the solver needs of an environment.
 
-    def solver_prompt(self, task: Any) -> str: ...
+    Environments whose tasks may lack a reference answer also provide
+    ``extract_answer(completion) -> str | None`` and ``same_answer(a, b) -> bool``.
+    """
+
+    def solver_prompt(self, task: Any) -> str | list[dict]: ...
 
     def score(self, task: Any, completion: str) -> float: ...
 
 
 @dataclass
 class Attempt:
-    """One answer to one task: the sampled completion and its verified score in [0, 1]."""
+    """One answer to one task: the sampled completion, its verified score in [0, 1] and, for a
+    task graded against the majority, the final answer extracted from it."""
 
     task: Any
     completion: Any
     score: float
+    answer: str | None = None
 
 
 class Solver:
@@ -38,10 +50,60 @@ class Solver:
     def prompt(self, task: Any) -> str:
         return self.env.solver_prompt(task)
 
-    def attempt(self, tasks: Sequence[Any], sample: Callable[[list[str]], list]) -> list[Attempt]:
-        """One sampled answer per entry of ``tasks`` (repeat a task for a group), scored."""
+    @property
+    def votes(self) -> bool:
+        """Whether tasks without a reference answer can be graded (the environment extracts answers)."""
+        return hasattr(self.env, "extract_answer") and hasattr(self.env, "same_answer")
+
+    def attempt(self, tasks: Sequence[Any], sample: Callable[[list], list]) -> list[Attempt]:
+        """One sampled answer per entry of ``tasks`` (repeat a task for a group), scored; consecutive
+        attempts at one task without a reference answer are graded against their majority."""
         completions = sample([self.prompt(t) for t in tasks])
-        return [Attempt(t, c, self.score(t, c)) for t, c in zip(tasks, completions)]
+        attempts = [Attempt(t, c, 0.0) for t, c in zip(tasks, completions)]
+        start = 0
+        for end in range(1, len(attempts) + 1):
+            if end == len(attempts) or attempts[end].task != attempts[start].task:
+                self.grade(attempts[start:end])
+                start = end
+        return attempts
+
+    def grade(self, attempts: Sequence[Attempt]) -> str | None:
+        """Score attempts at one task in place; returns the answer they were graded against.
+
+        The reference answer if the task has one (or the environment cannot vote), else the
+        majority of the attempts' extracted answers (None if none gave one: every score 0).
+        """
+        task = attempts[0].task
+        if task.answer or not self.votes:
+            for a in attempts:
+                a.score = self.score(task, a.completion)
+            return task.answer
+        for a in attempts:
+            a.answer = self.extract(a.completion)
+        label, members = vote([a.answer for a in attempts], self._same)
+        for a, member in zip(attempts, members):
+            a.score = float(member)
+        return label
+
+    def extract(self, completion: Any) -> str | None:
+        """The final answer of a finished completion; None if it was cut short or extraction failed."""
+        if not completion.finished:
+            return None
+        try:
+            answer = self.env.extract_answer(completion.text)
+        except Exception:  # noqa: BLE001 - model output must never take the trainer down
+            return None
+        return answer if isinstance(answer, str) else None
+
+    def same(self, a: str | None, b: str | None) -> bool:
+        """The environment's answer equivalence; None matches nothing, a failure is no match."""
+        return a is not None and b is not None and self._same(a, b)
+
+    def _same(self, a: str, b: str) -> bool:
+        try:
+            return bool(self.env.same_answer(a, b))
+        except Exception:  # noqa: BLE001
+            return False
 
     def score(self, task: Any, completion: Any) -> float:
         """The verifier's score; an unfinished answer (cut at the token limit) or a scorer failure is 0."""

@@ -37,7 +37,7 @@ def qwen_model(tokenizer, layers: int = 1, seed: int = 0):
 
     torch.manual_seed(seed)
     config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
                          tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     return Qwen2ForCausalLM(config)

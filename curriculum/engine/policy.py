@@ -107,7 +107,11 @@ def hf_kwargs(m: ModelConfig) -> dict:
 
 
 def load_tokenizer(cfg: Config):
-    """The tokenizer of the run: the embedded one, or the local model's (pad and bos filled in)."""
+    """The tokenizer of the run: the embedded one, or the local model's (pad filled in with eos if it has none).
+
+    Nothing else is added: prompts are encoded as the tokenizer itself or its chat template
+    encodes them (``curriculum.engine.prompts``), with no stray bos.
+    """
     if not cfg.model.path:
         from curriculum.engine import tiny
 
@@ -121,8 +125,6 @@ def load_tokenizer(cfg: Config):
     tokenizer = AutoTokenizer.from_pretrained(where, trust_remote_code=m.trust_remote_code)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    if tokenizer.bos_token_id is None:  # prompts start with bos; reuse eos as a separator
-        tokenizer.bos_token = tokenizer.eos_token
     return tokenizer
 
 

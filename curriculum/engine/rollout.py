@@ -6,6 +6,8 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from curriculum.engine.prompts import Prompt, encode_prompt, stop_ids
+
 
 @dataclass
 class Completion:
@@ -43,24 +45,27 @@ class Rollout:
         return Rollout(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.response_mask, self.rewards, self.group_ids)))
 
 
-def encode_prompts(tokenizer, prompts: list[str]) -> list[list[int]]:
-    return [[tokenizer.bos_token_id] + tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+def encode_prompts(tokenizer, prompts: list[Prompt], style: str = "plain") -> list[list[int]]:
+    """Token ids of each prompt as ``style`` renders it (``curriculum.engine.prompts``)."""
+    return [encode_prompt(tokenizer, p, style) for p in prompts]
 
 
 @torch.no_grad()
-def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, temperature: float = 1.0,
+def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, greedy: bool = False, batch_size: int = 256, seed: int | None = None,
-             desc: str | None = None, progress: bool = False) -> list[Completion]:
-    """Sample one completion per prompt (repeat prompts for groups).
+             desc: str | None = None, progress: bool = False, style: str = "plain") -> list[Completion]:
+    """Sample one completion per prompt (repeat prompts for groups), prompts rendered in ``style``.
 
-    Reproducible: the sampling stream is seeded from ``seed`` alone, so the same
-    weights and seed give the same completions whatever ran before.
+    A completion ends at its first stop token (eos, the model's other eos ids, a chat
+    template's end of turn), which it keeps; ``finished`` is False if none came within
+    ``max_new_tokens``. Reproducible: the sampling stream is seeded from ``seed`` alone, so
+    the same weights and seed give the same completions whatever ran before.
     """
     if seed is not None:
         torch.manual_seed(seed)
     device = next(model.parameters()).device
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    encoded = encode_prompts(tokenizer, prompts)
+    stops, pad = stop_ids(tokenizer, model, style), tokenizer.pad_token_id
+    encoded = encode_prompts(tokenizer, prompts, style)
     was_training = model.training
     model.eval()
     out: list[Completion] = []
@@ -78,13 +83,14 @@ def generate(model, tokenizer, prompts: list[str], *, max_new_tokens: int, tempe
         kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
         seqs = model.generate(
             input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new_tokens,
-            eos_token_id=eos, pad_token_id=pad, **kwargs,
+            eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=pad, **kwargs,
         ).cpu()
         for i, row in enumerate(chunk):
             new = seqs[i, width:].tolist()
-            finished = eos in new
-            new = new[: new.index(eos) + 1] if finished else [t for t in new if t != pad]
-            text = tokenizer.decode([t for t in new if t != eos], skip_special_tokens=True)
+            end = next((j for j, t in enumerate(new) if t in stops), None)
+            finished = end is not None
+            new = new[: end + 1] if finished else [t for t in new if t != pad]
+            text = tokenizer.decode([t for t in new if t not in stops], skip_special_tokens=True)
             out.append(Completion(row, new, text, finished))
     model.train(was_training)
     return out

@@ -1,7 +1,7 @@
 """Environments: task families chosen by name (``env.name``); the built-in ones register on import."""
 from __future__ import annotations
 
-from curriculum.envs import arithmetic, code_output, ladder  # noqa: F401  (register themselves)
+from curriculum.envs import arithmetic, code_output, ladder, math  # noqa: F401  (register themselves)
 from curriculum.envs.base import Environment, InvalidProposal, Task
 from curriculum.envs.registry import ENVIRONMENTS, benchmark, make_env, register_env
 

@@ -12,7 +12,9 @@ class Task:
 
     text: what the solver is shown (canonical form, used for deduplication).
     answer: the reference answer, canonical string; "" when the environment has
-        no reference and the verifier grades against the majority answer.
+        none: the solver's answers are then graded against their majority (``Solver.grade``;
+        the environment provides ``extract_answer`` and ``same_answer``), and a task admitted
+        to the pool carries that majority as its answer (a pseudo-label).
     level: the environment's own difficulty level, 1 (easiest) .. num_levels.
     """
 
@@ -39,12 +41,17 @@ class Environment(Protocol):
     Methods may raise ``InvalidProposal`` from ``parse_proposal``; any other
     exception raised while parsing model output is also turned into a
     rejection by the caller, never a crash.
+
+    Prompts are text or chat messages (``[{"role": "system", "content": ...}, {"role":
+    "user", "content": ...}]``); ``prompt.style`` decides how the model reads them. An
+    environment whose tasks may lack a reference answer also implements
+    ``extract_answer(completion) -> str | None`` and ``same_answer(a, b) -> bool``.
     """
 
     num_levels: int
 
-    def challenger_prompt(self) -> str:
-        """The prompt the challenger completes with a proposal."""
+    def challenger_prompt(self) -> str | list[dict]:
+        """The prompt the challenger completes with a proposal (text or messages)."""
 
     def parse_proposal(self, text: str) -> Task:
         """Turn challenger output into a grounded Task, or raise InvalidProposal."""
@@ -52,8 +59,8 @@ class Environment(Protocol):
     def format_proposal(self, task: Task) -> str:
         """The challenger output that would propose ``task`` (for the warm-up)."""
 
-    def solver_prompt(self, task: Task) -> str:
-        """The prompt the solver completes with an answer."""
+    def solver_prompt(self, task: Task) -> str | list[dict]:
+        """The prompt the solver completes with an answer (text or messages)."""
 
     def format_answer(self, task: Task) -> str:
         """The solver output for a correct answer (for the warm-up)."""

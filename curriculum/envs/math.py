@@ -1,0 +1,132 @@
+"""Math questions in R-Zero's manner: the challenger asks, the solver's majority answers.
+
+The challenger writes one question between ``<question>`` and ``</question>`` (R-Zero's tags),
+with no answer: the environment cannot compute one, so a proposal is a task without a reference
+answer (``Task.answer == ""``). The solver reasons and ends with ``\\boxed{...}``; its m probe
+answers are compared by math equivalence (``solver.verifier.math_equal``, math-verify), the most
+common one is the task's pseudo-label and its share the solve rate p (R-Zero). A task that enters
+the pool keeps its label, and the solver is trained against it.
+
+The environment also has tasks with known answers: word problems generated procedurally, level L
+taking L steps of arithmetic on a quantity (fractions from level 2 on). They are the held-out
+benchmark and, hidden among the probes (``curriculum.label_check_rate``), measure how often the
+majority label is right.
+
+A proposal's level is a rough proxy, the numbers its question mentions (1 + count / 2, capped):
+the environment has no difficulty of its own for free text; p is the real one.
+"""
+from __future__ import annotations
+
+import random
+import re
+from fractions import Fraction
+
+from curriculum.envs.base import InvalidProposal, Task
+from curriculum.envs.registry import int_kwarg, register_env
+from solver.verifier import extract_boxed, math_equal
+
+CHALLENGER_SYSTEM = (
+    "You are an expert competition-math problem setter.\n"
+    "First think privately about a new, non-trivial problem with a single, checkable final answer "
+    "(a number or a short expression), from any field of mathematics: algebra, geometry, number theory, "
+    "combinatorics, probability, calculus. Aim for a problem that few strong high-school students could solve, "
+    "and avoid famous contest problems.\n"
+    "Then output exactly one block and nothing else:\n\n"
+    "<question>\nThe full problem statement.\n</question>\n\n"
+    "Do not give the answer or a solution."
+)
+CHALLENGER_USER = "Write one new, challenging question now, in the format above."
+SOLVER_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
+
+_QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL)
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goran", "Hana"]
+STUFF = ["cups of flour", "liters of water", "kilograms of rice", "meters of rope"]
+
+
+@register_env("math")
+class Math:
+    """Free-form math questions graded by majority vote; generated word problems with known answers."""
+
+    needs_pretrained_model = True  # natural-language prompts: config validation asks for model.path
+
+    def __init__(self, num_levels: int = 4, max_question_chars: int = 2000):
+        self.num_levels = int_kwarg("math", "num_levels", num_levels, 1, 16)
+        self.max_question_chars = int_kwarg("math", "max_question_chars", max_question_chars, 16, 16384)
+
+    # ------------------------------------------------------------ challenger
+
+    def challenger_prompt(self) -> list[dict]:
+        return [{"role": "system", "content": CHALLENGER_SYSTEM}, {"role": "user", "content": CHALLENGER_USER}]
+
+    def parse_proposal(self, text: str) -> Task:
+        """The last ``<question>`` block, whitespace tidied; anything outside the tags is ignored."""
+        blocks = _QUESTION.findall(text)
+        if not blocks:
+            raise InvalidProposal("no_question")
+        question = "\n".join(" ".join(line.split()) for line in blocks[-1].strip().splitlines()).strip()
+        if not question:
+            raise InvalidProposal("empty")
+        if len(question) > self.max_question_chars:
+            raise InvalidProposal(f"too_long:{len(question)}>{self.max_question_chars}")
+        if "\\boxed" in question:
+            raise InvalidProposal("answer_in_question")
+        return Task(text=question, answer="", level=self.level_of(question))
+
+    def level_of(self, question: str) -> int:
+        return max(1, min(self.num_levels, 1 + len(_NUMBER.findall(question)) // 2))
+
+    def format_proposal(self, task: Task) -> str:
+        return f"<question>\n{task.text}\n</question>"
+
+    # ------------------------------------------------------------ solver
+
+    def solver_prompt(self, task: Task) -> list[dict]:
+        return [{"role": "system", "content": SOLVER_SYSTEM}, {"role": "user", "content": task.text}]
+
+    def format_answer(self, task: Task) -> str:
+        return f"\\boxed{{{task.answer}}}"
+
+    def extract_answer(self, completion: str) -> str | None:
+        """The last ``\\boxed{...}``'s content; None without one (an unboxed answer is no answer)."""
+        return extract_boxed(completion)
+
+    def same_answer(self, a: str, b: str) -> bool:
+        return math_equal(a, b)
+
+    def score(self, task: Task, completion: str) -> float:
+        """1 if the boxed answer equals ``task.answer`` (a reference or a pseudo-label); 0 without one."""
+        answer = self.extract_answer(completion)
+        return float(bool(task.answer) and answer is not None and math_equal(answer, task.answer))
+
+    # ------------------------------------------------------------ generator (known answers)
+
+    def sample_task(self, level: int, rng: random.Random) -> Task:
+        """A word problem of ``level`` steps on one quantity; the answer is computed exactly."""
+        name, stuff = rng.choice(NAMES), rng.choice(STUFF)
+        value = Fraction(rng.randint(2, 30))
+        sentences = [f"{name} has {value} {stuff}."]
+        for step in range(level):
+            op = rng.choice("+-*/" if step or level == 1 else "+-*")
+            if op == "+":
+                n = rng.randint(1, 20)
+                sentences.append(f"Then {name} gets {n} more {stuff}.")
+                value += n
+            elif op == "-" and value > 1:
+                n = rng.randint(1, int(value) if value >= 2 else 1)
+                sentences.append(f"Then {name} uses {n} {stuff}.")
+                value -= n
+            elif op in "*-":
+                n = rng.randint(2, 4)
+                sentences.append(f"Then {name}'s amount becomes {n} times as large.")
+                value *= n
+            else:
+                n = rng.randint(2, 5)
+                sentences.append(f"Then {name} splits it equally into {n} parts and keeps one part.")
+                value /= n
+        sentences.append(f"How many {stuff} does {name} have now?")
+        return Task(text=" ".join(sentences), answer=_fraction(value), level=level)
+
+
+def _fraction(x: Fraction) -> str:
+    return str(x.numerator) if x.denominator == 1 else f"{x.numerator}/{x.denominator}"
