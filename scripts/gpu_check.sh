@@ -5,7 +5,9 @@
 #      (H200 HBM3e: ~4.8 TB/s peak, ~4.3 TB/s reachable by a copy);
 #   3. the advantage and log-prob benchmarks on CUDA;
 #   4. one self-play round of a random-init Qwen2-0.5B-architecture model (scripts/gpu_check_selfplay.py):
-#      rollout and training tokens/s, model FLOPs utilisation (selfplay*.json).
+#      rollout and training tokens/s, model FLOPs utilisation (selfplay*.json);
+#   5. one round of configs/math_single_gpu.yaml (chat prompts, majority labels, LoRA) on a random-init
+#      Qwen2-0.5B-architecture model through the CLI (scripts/gpu_check_math.py; math/math.json).
 # Results go to $OUT (default ./gpu_check_out): gpu_check.txt (everything), bench.json.
 # Usage: OUT=/some/dir PYTHON=python3 bash scripts/gpu_check.sh
 set -uo pipefail
@@ -142,6 +144,10 @@ step "self-play round: random-init Qwen2-0.5B architecture, LoRA on a shared bas
 timeout 240 "$PY" scripts/gpu_check_selfplay.py --lora --out "$OUT/selfplay_lora.json" 2>&1 | tail -6
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 # ---------------------------------------------------------------------------------------
+
+step "math environment: configs/math_single_gpu.yaml, one short round, random-init Qwen2-0.5B architecture"
+timeout 240 "$PY" scripts/gpu_check_math.py --out "$OUT/math" 2>&1 | tail -6
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
 step "done: status=$status"
 exit "$status"
