@@ -3,14 +3,16 @@ equal generated tokens.
 
     python scripts/compare_curriculum.py [--config configs/ladder_cpu.yaml] [--seeds 0 1 2 3 4]
         [--modes uniform uniform_filtered adaptive selfplay] [--out runs/compare] [--jobs 2]
-        [--equal-tokens] [key=value ...]
+        [--equal-tokens [extend|lower]] [key=value ...]
 
 Each (mode, seed) is a real `selfplay train` run in OUT/<mode>_seed<seed> (`curriculum.mode`
 set, everything else from the config). Every arm makes the same number of solver updates
 (train.rounds x solver.steps). With --equal-tokens, each arm that generated fewer tokens than
 self-play (challenger proposals and probes count) is resumed for more rounds until it has
 generated at least as many, and its held-out scores are read at self-play's token budget
-(linear interpolation between evaluated rounds). Tables: mean and 95% confidence interval
+(linear interpolation between evaluated rounds). `--equal-tokens lower` runs nothing more: each
+arm is paired with self-play at the smaller of their two budgets at the last round, the costlier
+run read where it had spent as many tokens as the cheaper one. Tables: mean and 95% confidence interval
 over seeds, and the paired difference of self-play minus each arm (t interval over seeds).
 Runs already finished are reused; OUT/compare.html overlays the curves.
 """
@@ -124,6 +126,34 @@ def table(title: str, results: dict[str, dict[int, dict]], modes: list[str], see
     return rows + [""]
 
 
+def paired_at_lower_budget(curves: dict, results: dict, modes: list[str], seeds: list[int], rounds: int) -> list[str]:
+    """Markdown: each arm beside self-play at the same generated tokens, the lower of the two runs' budgets."""
+    rows = ["### At equal generated tokens (each arm and self-play at the lower of their budgets)", "",
+            "| metric | " + " | ".join(f"{m} | self-play | self-play - {m}" for m in modes if m != "selfplay") + " |",
+            "|---" * (1 + 3 * (len(modes) - 1)) + "|"]
+    paired = {}
+    for mode in modes:
+        if mode == "selfplay":
+            continue
+        for s in seeds:
+            budget = min(results[mode][s]["tokens"], results["selfplay"][s]["tokens"])
+            paired[mode, s] = (at_tokens(curves[mode, s], budget), at_tokens(curves["selfplay", s], budget), budget)
+    metrics = [m for m in HEADLINE if all(m in a and m in b for a, b, _ in paired.values())]
+    for m in metrics + ["tokens"]:
+        cells = []
+        for mode in modes:
+            if mode == "selfplay":
+                continue
+            pick = [paired[mode, s] for s in seeds]
+            if m == "tokens":
+                cells += [fmt([b for _, _, b in pick])] * 2 + ["-"]
+            else:
+                cells += [fmt([a[m] for a, _, _ in pick]), fmt([b[m] for _, b, _ in pick]),
+                          fmt([b[m] - a[m] for a, b, _ in pick])]
+        rows.append(f"| {m} | " + " | ".join(cells) + " |")
+    return rows + [""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", default="configs/ladder_cpu.yaml")
@@ -131,7 +161,9 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     ap.add_argument("--out", default="runs/compare")
     ap.add_argument("--jobs", type=int, default=1, help="runs in parallel (each gets cores/jobs threads)")
-    ap.add_argument("--equal-tokens", action="store_true", help="also compare at self-play's token budget")
+    ap.add_argument("--equal-tokens", nargs="?", const="extend", choices=("extend", "lower"),
+                    help="also compare at equal generated tokens: extend cheaper arms to self-play's budget, "
+                         "or pair each arm with self-play at the lower of their budgets (no more runs)")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     out = Path(args.out)
@@ -152,7 +184,10 @@ def main() -> None:
     lines = [f"Command: python scripts/compare_curriculum.py {' '.join(sys.argv[1:])}", "",
              f"Seeds {args.seeds}; every arm {rounds} rounds of the same solver updates.", ""]
     lines += table(f"At equal solver updates (round {rounds})", results, args.modes, args.seeds)
-    if args.equal_tokens and "selfplay" in args.modes:
+    if args.equal_tokens == "lower" and "selfplay" in args.modes:
+        upto = {k: [p for p in curve(d) if p["round"] <= rounds] for k, d in dirs.items()}
+        lines += paired_at_lower_budget(upto, results, args.modes, args.seeds, rounds)
+    if args.equal_tokens == "extend" and "selfplay" in args.modes:
         budget = {s: results["selfplay"][s]["tokens"] for s in args.seeds}
 
         def extend(ms):
