@@ -116,7 +116,7 @@ def table(title: str, results: dict[str, dict[int, dict]], modes: list[str], see
         cells = [fmt([results[mode][s][m] for s in seeds]) if all(m in results[mode][s] for s in seeds) else "-"
                  for mode in modes]
         rows.append(f"| {m.replace('eval/mean_at_k/tier_', 'mean@k level ')} | " + " | ".join(cells) + " |")
-    if "selfplay" in modes:
+    if "selfplay" in modes and len(modes) > 1:
         rows += ["", "Paired difference, self-play minus arm (mean ± 95% CI over seeds; > 0 favours self-play):", "",
                  "| metric | " + " | ".join(m for m in modes if m != "selfplay") + " |",
                  "|---" * len(modes) + "|"]
