@@ -68,6 +68,7 @@ class SelfPlayTrainer:
             self.device = torch.device("cuda", self.dist.local_rank)
         self.lock = self._claim_run_dir(resume)
         self.progress = cfg.log.progress and self.dist.is_main
+        self._starved_round = -1  # the last round that warned of a pool too small for a solver batch
         self.env = make_env(cfg.env.name, **cfg.env.kwargs)
         self.challenger = Challenger(self.env, frontier=cfg.reward.frontier, repetition_coef=cfg.reward.repetition_coef,
                                      repetition_threshold=cfg.reward.repetition_threshold, invalid_reward=cfg.reward.invalid)
@@ -347,6 +348,12 @@ class SelfPlayTrainer:
         stats["solver/solved_none_fraction"] = float(np.mean([x == 0.0 for x in rates]))
         stats["solver/no_signal_fraction"] = float(np.mean([not has_signal(a) for a in drawn]))
         stats["solver/groups_drawn"] = len(drawn)
+        stats["solver/distinct_tasks"] = distinct = len({t.text for t in tasks})
+        if distinct < len(tasks) and self.cfg.curriculum.mode == "selfplay" and self._starved_round != r:
+            self._starved_round = r  # once a round
+            # A small pool is drawn with replacement: the same few tasks, step after step, overfit and forget.
+            log.warning("round %d: the solver's batch of %d tasks holds %d distinct ones (pool: %d); raise "
+                        "curriculum.fill_proposals or lower solver.batch_prompts", r, len(tasks), distinct, len(self.pool))
         stats["curriculum/pool_size"] = len(self.pool)
         stats.update(self.rollouts.token_stats())
         self.monitor.log(stats, round=r, phase="update_solver")

@@ -48,6 +48,7 @@ def test_arm_logs_the_comparison_metrics_and_resumes_exactly(tmp_path, arm):
     solver = [r for r in recs if r["phase"] == "update_solver" and "solver/skipped" not in r]
     assert solver, "no solver step trained"
     assert all(0.0 <= r["solver/no_signal_fraction"] <= 1.0 for r in solver)
+    assert all(1 <= r["solver/distinct_tasks"] <= 4 for r in solver)
     tokens = [r["solver/generated_tokens"] for r in recs if "solver/generated_tokens" in r]
     assert tokens == sorted(tokens) and tokens[-1] > 0  # cumulative
     evals = [r for r in recs if r["phase"] == "eval"]
@@ -62,3 +63,5 @@ def test_arm_logs_the_comparison_metrics_and_resumes_exactly(tmp_path, arm):
         prompts = [json.loads(line) for line in (straight / "tasks" / "round_0002.jsonl").read_text().splitlines()]
         assert prompts and all(r["phase"].startswith(("challenger_step", "fill")) for r in prompts)
         assert any(r["challenger/generated_tokens"] > 0 for r in recs if "challenger/generated_tokens" in r)
+        if any(r["solver/distinct_tasks"] < 4 for r in solver):  # a small pool repeats tasks, and says so
+            assert "distinct ones (pool:" in proc.stderr
