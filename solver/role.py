@@ -12,6 +12,7 @@ it; the label's share of the attempts is then the task's solve rate.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
@@ -60,11 +61,8 @@ class Solver:
         attempts at one task without a reference answer are graded against their majority."""
         completions = sample([self.prompt(t) for t in tasks])
         attempts = [Attempt(t, c, 0.0) for t, c in zip(tasks, completions)]
-        start = 0
-        for end in range(1, len(attempts) + 1):
-            if end == len(attempts) or attempts[end].task != attempts[start].task:
-                self.grade(attempts[start:end])
-                start = end
+        for _, group in itertools.groupby(attempts, key=lambda a: a.task):
+            self.grade(list(group))
         return attempts
 
     def grade(self, attempts: Sequence[Attempt]) -> str | None:

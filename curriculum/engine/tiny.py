@@ -29,8 +29,8 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     """One token per printable ASCII character, plus pad/bos/eos/unk.
 
     ``tokenizer(text)`` starts with <bos>, as every prompt the model is trained on does: a saved
-    checkpoint's tokenizer then encodes prompts as the trainer did. The trainer itself adds
-    <bos> by hand to ``encode(text, add_special_tokens=False)`` (rollout.encode_prompts).
+    checkpoint's tokenizer then encodes prompts as the trainer did (the trainer encodes plain
+    prompts with ``tokenizer(text)`` too: ``curriculum.engine.prompts.encode_prompt``).
     """
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + CHARS)}
     core = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
