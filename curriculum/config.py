@@ -219,8 +219,11 @@ class CurriculumConfig:
     # Reference tasks in each challenger prompt (drawn per group from the pool; the generator's level-1
     # tasks while the pool is empty); 0 = the environment's plain prompt.
     references: int = 0
-    # Fresh proposals generated to fill the pool each round.
+    # Fresh proposals generated to fill the pool each round (one fill batch).
     fill_proposals: int = 128
+    # More fill batches, up to this many in all, while the pool holds fewer tasks than a solver batch
+    # (solver.batch_prompts): a pool smaller than a batch trains the same few tasks step after step.
+    fill_max_batches: int = 4
     # Lowest solve rate admitted to the pool.
     band_low: float = 0.2
     # Highest solve rate admitted to the pool.
@@ -682,6 +685,7 @@ RANGES: dict[str, Range] = {
     "curriculum.probe_temperature": _NON_NEGATIVE,
     "curriculum.references": Range(0, 64),
     "curriculum.fill_proposals": Range(1, 1 << 20),
+    "curriculum.fill_max_batches": Range(1, 1000),
     "curriculum.band_low": _FRACTION,
     "curriculum.band_high": _FRACTION,
     "curriculum.pool_capacity": Range(1, 1 << 24),

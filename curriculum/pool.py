@@ -130,15 +130,18 @@ class TaskPool:
             del self.entries[text]
 
     def sample(self, n: int, rng: random.Random) -> list[PoolEntry]:
-        """``n`` entries drawn with the configured sampler (with replacement if the pool is small)."""
+        """``n`` distinct entries drawn with the configured sampler; the whole pool if it holds fewer.
+
+        Never with replacement: a batch that repeats a handful of tasks step after step overfits
+        them and forgets the rest (measured on the ladder, BENCHMARKS.md).
+        """
         entries = list(self.entries.values())
         if not entries or n <= 0:
             return []
-        weights = SAMPLERS[self.sampler](entries)
         if len(entries) <= n:
-            picked = entries + rng.choices(entries, weights=weights, k=n - len(entries))
+            picked = entries
         else:
-            picked = _weighted_without_replacement(entries, weights, n, rng)
+            picked = _weighted_without_replacement(entries, SAMPLERS[self.sampler](entries), n, rng)
         for e in picked:
             e.uses += 1
         return picked

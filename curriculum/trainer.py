@@ -291,17 +291,26 @@ class SelfPlayTrainer:
         self._record_tasks(r, f"challenger_step_{step}", proposals, reward_b.tolist(), accepted=None)
 
     def fill_pool(self, r: int) -> None:
-        """Curriculum: fresh proposals from the updated challenger; those in the band join the pool."""
+        """Curriculum: fresh proposals from the updated challenger; those in the band join the pool.
+
+        A batch of ``curriculum.fill_proposals``, and more (up to ``curriculum.fill_max_batches`` in
+        all) while the pool holds fewer tasks than one solver batch.
+        """
         cc = self.cfg.curriculum
-        proposals = self.propose(r, "fill", 0, cc.fill_proposals)
-        checks = self.probe(proposals, r, "fill_probe", 0)
-        accepted, added = [], []
-        for p in proposals:
-            ok = p.valid and cc.band_low <= p.solve_rate <= cc.band_high and p.task.text not in self.held_out
-            accepted.append(ok)
-            if ok and self.pool.add(PoolEntry(self._labelled(p), p.solve_rate, r, p.completion.text)):
-                added.append(p)
+        proposals, accepted, added, checks = [], [], [], {}
+        for b in range(cc.fill_max_batches):
+            if b and len(self.pool) >= self.cfg.solver.batch_prompts:
+                break
+            batch = self.propose(r, "fill", b, cc.fill_proposals)
+            checks = self.probe(batch, r, "fill_probe", b)
+            for p in batch:
+                ok = p.valid and cc.band_low <= p.solve_rate <= cc.band_high and p.task.text not in self.held_out
+                accepted.append(ok)
+                if ok and self.pool.add(PoolEntry(self._labelled(p), p.solve_rate, r, p.completion.text)):
+                    added.append(p)
+            proposals += batch
         stats = {
+            "curriculum/fill_batches": len(proposals) // cc.fill_proposals,
             "curriculum/proposals": len(proposals),
             "curriculum/valid_fraction": sum(p.valid for p in proposals) / max(1, len(proposals)),
             "curriculum/accepted": len(added),
@@ -349,11 +358,13 @@ class SelfPlayTrainer:
         stats["solver/no_signal_fraction"] = float(np.mean([not has_signal(a) for a in drawn]))
         stats["solver/groups_drawn"] = len(drawn)
         stats["solver/distinct_tasks"] = distinct = len({t.text for t in tasks})
-        if distinct < len(tasks) and self.cfg.curriculum.mode == "selfplay" and self._starved_round != r:
+        n = self.cfg.solver.batch_prompts
+        if distinct < n and self.cfg.curriculum.mode == "selfplay" and self._starved_round != r:
             self._starved_round = r  # once a round
-            # A small pool is drawn with replacement: the same few tasks, step after step, overfit and forget.
-            log.warning("round %d: the solver's batch of %d tasks holds %d distinct ones (pool: %d); raise "
-                        "curriculum.fill_proposals or lower solver.batch_prompts", r, len(tasks), distinct, len(self.pool))
+            # The same few tasks, step after step, overfit and forget: the batch is cut instead of repeating them.
+            log.warning("round %d: the pool holds %d tasks, fewer than a solver batch (%d): the batch has %d "
+                        "distinct ones; raise curriculum.fill_proposals or fill_max_batches, or lower "
+                        "solver.batch_prompts", r, len(self.pool), n, distinct)
         stats["curriculum/pool_size"] = len(self.pool)
         stats.update(self.rollouts.token_stats())
         self.monitor.log(stats, round=r, phase="update_solver")

@@ -14,7 +14,7 @@ ARMS = {
     "uniform_filtered": ["curriculum.mode=uniform_filtered", "curriculum.filter_max_batches=3"],
     "adaptive": ["curriculum.mode=adaptive", "curriculum.max_level=2"],
     "selfplay": ["curriculum.mode=selfplay", "curriculum.references=2", "curriculum.probe_samples_max=8",
-                 "curriculum.probe_temperature=0.7"],
+                 "curriculum.probe_temperature=0.7", "curriculum.fill_proposals=2", "curriculum.fill_max_batches=3"],
 }
 
 
@@ -63,5 +63,12 @@ def test_arm_logs_the_comparison_metrics_and_resumes_exactly(tmp_path, arm):
         prompts = [json.loads(line) for line in (straight / "tasks" / "round_0002.jsonl").read_text().splitlines()]
         assert prompts and all(r["phase"].startswith(("challenger_step", "fill")) for r in prompts)
         assert any(r["challenger/generated_tokens"] > 0 for r in recs if "challenger/generated_tokens" in r)
-        if any(r["solver/distinct_tasks"] < 4 for r in solver):  # a small pool repeats tasks, and says so
-            assert "distinct ones (pool:" in proc.stderr
+        # 2 proposals per fill batch cannot fill a solver batch (4) from an empty pool: more batches
+        # follow, up to fill_max_batches=3, until the pool holds a batch
+        fills = [r for r in recs if r["phase"] == "fill_pool"]
+        assert fills[0]["curriculum/fill_batches"] >= 2
+        assert all(r["curriculum/fill_batches"] == 3 or r["curriculum/pool_size"] >= 4 for r in fills)
+        assert all(r["curriculum/proposals"] == 2 * r["curriculum/fill_batches"] for r in fills)
+        # a batch never repeats a task: a small pool gives a smaller batch, and says so
+        if any(r["solver/distinct_tasks"] < 4 for r in solver):
+            assert "fewer than a solver batch (4)" in proc.stderr

@@ -40,7 +40,8 @@ def test_sample_small_pool_and_state_roundtrip():
     pool = TaskPool(10, 5, sampler="uniform")
     pool.add(entry("a", 0.5))
     pool.add(entry("b", 0.4))
-    assert len(pool.sample(5, random.Random(0))) == 5
+    picked = pool.sample(5, random.Random(0))  # a pool smaller than the batch: each task once, no repeats
+    assert sorted(e.task.text for e in picked) == ["a", "b"] and all(e.uses == 1 for e in picked)
     clone = TaskPool(10, 5)
     clone.load_state_dict(pool.state_dict())
     assert clone.state_dict() == pool.state_dict()
