@@ -184,7 +184,9 @@ class Sandbox:
     Args:
         workers: parallel workers (each runs one snippet at a time).
         timeout_s: default wall-clock limit per snippet.
-        memory_mb: address-space limit (RLIMIT_AS) of each snippet process.
+        memory_mb: address-space limit (RLIMIT_AS) of each snippet process;
+            memory it does not count (memfd, socket and pipe buffers) is
+            refused by seccomp, files count against ``scratch_mb``.
         max_output_bytes: cap on stdout and on stderr; beyond it the snippet
             is stopped and the result is ``output_limit``.
         max_processes: processes and threads a snippet may have (RLIMIT_NPROC).
@@ -332,6 +334,8 @@ class Sandbox:
         return {
             "limits": limits, "env": _host.SNIPPET_ENV, "preload": list(preload),
             "seccomp_hex": (_seccomp.build_filter(self._host.machine) or b"").hex(),
+            "snippet_seccomp_hex": (_seccomp.build_snippet_filter(
+                self._host.machine) or b"").hex(),
             "self_isolate": not self._bwrap,
             "shm_mount": not self._bwrap,  # bwrap links /dev/shm to /tmp
             "scratch_root": self._scratch_root or "/tmp",
@@ -703,7 +707,7 @@ def _probe_paths(exposed: list[str]) -> dict:
 
 
 _PROBE_SNIPPET = r'''
-import ctypes, errno, json, os, resource, socket, sys
+import ctypes, errno, fcntl, json, os, resource, socket, sys
 want = json.load(sys.stdin)
 facts = {"uid": os.getuid(), "pid": os.getpid(), "env": sorted(os.environ)}
 try:
@@ -715,9 +719,27 @@ except OSError as exc:
     facts["status_error"] = str(exc)
 facts["procs"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 facts["ifaces"] = [name for _, name in socket.if_nameindex()]
-s = socket.socket(); s.setblocking(False)
-facts["connect_errno"] = s.connect_ex(("192.0.2.1", 80)); s.close()
+try:
+    s = socket.socket(); s.setblocking(False)
+    facts["connect_errno"] = s.connect_ex(("192.0.2.1", 80)); s.close()
+except OSError as exc:  # the snippet filter refuses IP sockets outright
+    facts["connect_errno"] = exc.errno
 libc = ctypes.CDLL(None, use_errno=True)
+def refused(call):
+    try:
+        ret = call()
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    return ret == -1 and ctypes.get_errno() == errno.EPERM
+pair, (r, w) = socket.socketpair(), os.pipe()
+facts["fd_memory_refused"] = [name for name, call in (
+    ("memfd", lambda: os.memfd_create("probe")),
+    ("vmsplice", lambda: libc.vmsplice(-1, None, 0, 0)),
+    ("ip_socket", lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)),
+    ("socket_buffer", lambda: pair[0].setsockopt(socket.SOL_SOCKET,
+                                                 socket.SO_RCVBUF, 1 << 22)),
+    ("pipe_size", lambda: fcntl.fcntl(w, 1031, 1 << 20)),  # F_SETPIPE_SZ
+) if refused(call)]
 facts["userns_errno"] = 0 if libc.unshare(0x10000000) == 0 else ctypes.get_errno()
 shm = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE, IPC_CREAT
 facts["sysv_errno"] = ctypes.get_errno() if shm < 0 else 0
@@ -786,6 +808,11 @@ def _layers(box: Sandbox, info: dict, facts: dict) -> dict[str, bool | str]:
         "rlimit_cpu": limits["CPU"] != inf and "CPU seconds: timeout + 2",
         "rlimit_memory": limits["AS"] == lim["memory_mb"] << 20 and
                          "%d MiB address space" % lim["memory_mb"],
+        "fd_memory_bounded": (len(facts["fd_memory_refused"]) == 5
+                              and info.get("scratch_tmpfs") and
+                              "memfd, vmsplice, IP sockets, socket and pipe buffer "
+                              "growth refused; files only on the %d MiB scratch "
+                              "tmpfs" % lim["scratch_mb"]),
         "rlimit_processes": (limits["NPROC"] != inf and
                              "%d processes/threads" % limits["NPROC"]),
         "rlimit_file_size": limits["FSIZE"] == lim["file_mb"] << 20 and

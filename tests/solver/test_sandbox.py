@@ -208,6 +208,59 @@ def test_scratch_dir_is_private_writable_and_fresh(box):
         assert res.stdout == "[] []\n"
 
 
+def test_what_the_snippet_filter_leaves_works(box):
+    """Unix sockets, asyncio, pipes, /dev/shm and ctypes callbacks still work."""
+    code = textwrap.dedent("""
+        import asyncio, ctypes, fcntl, multiprocessing, os, socket
+        a, b = socket.socketpair()
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # not a buffer size
+        a.sendall(b"ping"); print(b.recv(4).decode())
+        parent, child = multiprocessing.Pipe()
+        child.send([1, 2]); print(parent.recv())
+        r, w = os.pipe()
+        print(fcntl.fcntl(r, fcntl.F_GETFL) & os.O_NONBLOCK, fcntl.fcntl(w, 1032))
+        async def main():
+            await asyncio.sleep(0)
+            return "async"
+        print(asyncio.run(main()))
+        from multiprocessing import shared_memory
+        shm = shared_memory.SharedMemory(create=True, size=1 << 16)
+        shm.buf[:2] = b"ok"; print(bytes(shm.buf[:2]).decode()); shm.close(); shm.unlink()
+        cmp = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                               ctypes.POINTER(ctypes.c_int))(
+            lambda x, y: x[0] - y[0])
+        arr = (ctypes.c_int * 3)(3, 1, 2)
+        ctypes.CDLL(None).qsort(arr, 3, ctypes.sizeof(ctypes.c_int), cmp)
+        print(list(arr))
+        """)
+    res = box.run(code)
+    assert (res.status, res.stdout) == (
+        "ok", "ping\n[1, 2]\n0 65536\nasync\nok\n[1, 2, 3]\n"), res.stderr
+
+
+def test_fd_backed_memory_is_refused_with_a_clear_error(box):
+    """Memory RLIMIT_AS does not count: refused at once, as PermissionError."""
+    code = textwrap.dedent("""
+        import os, socket
+        for name, call in [
+                ("memfd", lambda: os.memfd_create("x")),
+                ("tcp", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+                ("buffer", lambda: socket.socketpair()[0].setsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 26))]:
+            try:
+                call()
+                print(name, "allowed")
+            except PermissionError as exc:
+                print(name, exc)
+        """)
+    res = box.run(code)
+    assert res.stdout == "".join("%s [Errno 1] Operation not permitted\n" % name
+                                 for name in ("memfd", "tcp", "buffer")), res.stderr
+    res = box.run("import os; os.memfd_create('x')")
+    assert res.status == "error"
+    assert "PermissionError: [Errno 1] Operation not permitted" in res.stderr
+
+
 def test_sysv_ipc_is_refused(box):
     make = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "print(libc.%s, ctypes.get_errno())")
@@ -355,7 +408,8 @@ def test_isolation_report(box):
     for key in ("bubblewrap", "network_isolated", "pid_namespace", "sysv_ipc",
                 "filesystem_readonly", "filesystem_hidden", "scratch_dir",
                 "unprivileged_uid", "capabilities_dropped", "seccomp",
-                "rlimit_cpu", "rlimit_memory", "rlimit_processes",
+                "rlimit_cpu", "rlimit_memory", "fd_memory_bounded",
+                "rlimit_processes",
                 "rlimit_file_size", "rlimit_open_files", "no_core_dumps",
                 "environment_scrubbed", "wall_clock_timeout", "output_cap"):
         assert layers[key], key
