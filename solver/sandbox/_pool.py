@@ -47,6 +47,9 @@ _PIPELINE_DEPTH = 2
 # means the host cannot run workers at all.
 _MAX_START_FAILURES = 3
 _WORKER_SOURCE = Path(proto.__file__).read_text(encoding="utf-8")
+# As root, each worker leases a uid of its own among uid_base + (0 .. 4095);
+# the search starts at a pid-derived slot so that pools rarely contend.
+_UID_SLOTS = 4096
 _uid_counter = itertools.count(os.getpid() * 64)
 _warned: set[str] = set()
 
@@ -58,10 +61,12 @@ class _WorkerDied(Exception):
 class _Worker:
     """Parent-side handle of one zygote process."""
 
-    def __init__(self, proc: subprocess.Popen, errfile, uid: int | None):
+    def __init__(self, proc: subprocess.Popen, errfile, uid: int | None,
+                 uid_lease=None):
         self.proc = proc
         self.errfile = errfile
         self.uid = uid
+        self.uid_lease = uid_lease
         self.fd_in = proc.stdin.fileno()
         self.fd_out = proc.stdout.fileno()
         os.set_blocking(self.fd_in, False)
@@ -145,6 +150,8 @@ class _Worker:
             except OSError:
                 pass
         self.errfile.close()
+        if self.uid_lease is not None:  # only now that its processes are gone
+            self.uid_lease.close()
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
@@ -159,13 +166,16 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _finalize(owner: int, procs: list, scratch: str | None, spawner) -> None:
+def _finalize(owner: int, procs: list, leases: list, scratch: str | None,
+              spawner) -> None:
     """Kill all workers; also runs at exit or GC if close() was never called."""
     if os.getpid() != owner:  # a fork of the trainer must not kill its pool
         return
     for proc in list(procs):
         if proc.poll() is None:
             _kill_tree(proc)
+    for lease in list(leases):
+        lease.close()
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
     spawner.shutdown(wait=False)
@@ -201,9 +211,13 @@ class Sandbox:
             any isolation layer is missing.
         preload: modules each worker imports before forking snippets.
         uid_base: when the trainer runs as root, snippets run as
-            ``uid_base + k`` (k < 4096), a distinct unprivileged uid per
-            worker.  None picks one no account uses: 2,000,000,000 on a host,
-            61,000 inside a container whose user namespace maps 64 Ki uids.
+            ``uid_base + k`` (k < 4096), an unprivileged uid per worker that
+            no other worker on this host has: each worker holds a lock file
+            for its uid (in ``/run/lock/solver-sandbox-uids``) until it is
+            killed or this process dies, and :class:`SandboxError` says so
+            when all 4096 are taken.  None picks a base no account uses:
+            2,000,000,000 on a host, 61,000 inside a container whose user
+            namespace maps 64 Ki uids.
         start_timeout_s: how long a worker may take to come up.
 
     Use it as a context manager, or call :meth:`close`.
@@ -226,6 +240,7 @@ class Sandbox:
         self._python = os.path.realpath(python) if python else _host.default_python()
         self._bwrap = self._choose_bwrap(use_bwrap)
         self._uid_base = _host.default_uid_base() if uid_base is None else uid_base
+        self._uid_lock_dir = _host.uid_lock_dir()
         self._start_timeout = start_timeout_s
         self._scratch_root = None if self._bwrap else tempfile.mkdtemp(
             prefix="solver-sandbox-")
@@ -236,11 +251,12 @@ class Sandbox:
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
         self._procs: list[subprocess.Popen] = []
+        self._uid_leases: list = []
         self._closed = False
         self._owner = os.getpid()
         self._finalizer = weakref.finalize(self, _finalize, self._owner,
-                                           self._procs, self._scratch_root,
-                                           self._spawner)
+                                           self._procs, self._uid_leases,
+                                           self._scratch_root, self._spawner)
         try:
             self._start_pool()
             self._isolation = self._measure_isolation()
@@ -364,9 +380,11 @@ class Sandbox:
             if self._closed:
                 raise SandboxError("sandbox is closed")
         cfg = dict(self._cfg)
-        uid = None
+        uid = lease = None
         if self._host.root:
-            uid = self._uid_base + next(_uid_counter) % 4096
+            uid, lease = _host.lease_uid(self._uid_base, _UID_SLOTS,
+                                         next(_uid_counter) % _UID_SLOTS,
+                                         self._uid_lock_dir)
             cfg.update(uid=uid, gid=uid)
         argv = [self._python, "-I", "-S", "-c", proto.BOOTSTRAP, _WORKER_SOURCE,
                 json.dumps(cfg)]
@@ -378,10 +396,14 @@ class Sandbox:
             proc = self._spawner.submit(self._popen, argv, errfile).result()
         except (OSError, RuntimeError) as exc:  # RuntimeError: spawner shut down
             errfile.close()
+            if lease is not None:
+                lease.close()
             raise SandboxError("cannot start a sandbox worker: %s" % exc) from exc
-        worker = _Worker(proc, errfile, uid)
+        worker = _Worker(proc, errfile, uid, lease)
         with self._cond:
             self._procs.append(proc)
+            if lease is not None:
+                self._uid_leases.append(lease)
             self._all.add(worker)
             if not self._closed:
                 return worker
@@ -433,6 +455,8 @@ class Sandbox:
             self._all.discard(worker)
             if worker.proc in self._procs:
                 self._procs.remove(worker.proc)
+            if worker.uid_lease in self._uid_leases:
+                self._uid_leases.remove(worker.uid_lease)
         return self._spawn()
 
     # -- running -------------------------------------------------------------

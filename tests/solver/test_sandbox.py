@@ -22,7 +22,7 @@ import pytest
 
 from solver.sandbox import (STATUSES, ExecResult, IsolationUnavailable, Sandbox,
                             SandboxError)
-from solver.sandbox import _pool
+from solver.sandbox import _host, _pool
 
 INSTALL_HINT = ("install bubblewrap: "
                 "apt-get install -y --no-install-recommends bubblewrap")
@@ -437,6 +437,36 @@ def test_fallback_without_bwrap_warns_once_and_reports():
 def test_strict_refuses_partial_isolation():
     with pytest.raises(IsolationUnavailable, match="apt-get install"):
         Sandbox(workers=1, use_bwrap=False, strict=True)
+
+
+# --------------------------------------------------------------- snippet uids --
+def test_uid_leases_are_exclusive_and_released_on_close(tmp_path):
+    first, lease1 = _host.lease_uid(1000, 3, 2, str(tmp_path))
+    second, lease2 = _host.lease_uid(1000, 3, 2, str(tmp_path))  # same start slot
+    assert (first, second) == (1002, 1000)  # the search wraps around
+    assert (tmp_path / "uid-1002.lock").read_text() == "%d\n" % os.getpid()
+    lease1.close()
+    assert _host.lease_uid(1000, 3, 2, str(tmp_path))[0] == 1002
+    lease2.close()
+
+
+def test_uid_lease_refuses_a_lock_dir_others_can_write(tmp_path):
+    tmp_path.chmod(0o777)
+    with pytest.raises(SandboxError, match="only uid"):
+        _host.lease_uid(1000, 3, 0, str(tmp_path))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uids are leased only as root")
+def test_no_free_uid_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(_host, "uid_lock_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(_pool, "_UID_SLOTS", 2)
+    with make_box(workers=2) as full:
+        held = {w.uid for w in full._all}
+        assert len(held) == 2
+        with pytest.raises(SandboxError, match="no free snippet uid: all 2 uids"):
+            Sandbox(workers=1)
+    with make_box(workers=1) as after:  # closing the first released its uids
+        assert {w.uid for w in after._all} <= held
 
 
 # ------------------------------------------------------------------ cleanup --

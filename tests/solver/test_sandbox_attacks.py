@@ -9,9 +9,13 @@ how to install it.
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import platform
+import re
 import socket
+import subprocess
 import sys
 import textwrap
 import time
@@ -19,10 +23,10 @@ from pathlib import Path
 
 import pytest
 
-from solver.sandbox import IsolationUnavailable, Sandbox
+from solver.sandbox import IsolationUnavailable, Sandbox, _pool
 from solver.sandbox._seccomp import _AARCH64, _X86_64
 
-from tests.solver.test_sandbox import _tree
+from tests.solver.test_sandbox import REPO, _tree
 
 TIMEOUT_S = 1.0
 MEMORY_MB = 256
@@ -371,3 +375,69 @@ def test_attacks_in_one_batch_do_not_disturb_normal_snippets(box, host):
     assert [r.stdout for r in results[1::2]] == ["%d %d\n" % (2 * i, i)
                                                  for i in range(len(ATTACKS))]
 
+
+# -------------------------------------------------- pools in other processes --
+# A pool in another process whose pid-derived first uid slot is the same as
+# ours; it runs a snippet that forks until its process limit refuses more.
+OTHER_POOL = r"""
+import itertools, json, sys
+sys.path.insert(0, sys.argv[1])
+from solver.sandbox import Sandbox, _pool
+_pool._uid_counter = itertools.count(0)
+with Sandbox(workers=1, timeout_s=600, max_processes=16, strict=True) as box:
+    print(json.dumps(box.isolation()["unprivileged_uid"]), flush=True)
+    box.run("import os, time\nwhile True:\n    try:\n        if os.fork() == 0:\n"
+            "            time.sleep(600)\n    except OSError:\n        time.sleep(600)")
+"""
+HONEST_THREADS = ("import threading\nts = [threading.Thread(target=sum, args=([1, 2],))"
+                  " for _ in range(8)]\nfor t in ts:\n    t.start()\nfor t in ts:\n"
+                  "    t.join()\nprint('threads ok')")
+
+
+def _uid_of(layer: str) -> int:
+    return int(re.match(r"uid (\d+)", layer).group(1))
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            status = Path("/proc/%s/status" % entry).read_text()
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and re.search(r"^Uid:\s+%d\s" % uid, status, re.M):
+            pids.append(int(entry))
+    return pids
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="snippets get uids of their own only when the trainer is root")
+def test_pools_in_two_processes_never_share_a_uid(monkeypatch):
+    """RLIMIT_NPROC counts per uid: a shared uid lets one pool starve another."""
+    other = subprocess.Popen([sys.executable, "-c", OTHER_POOL, str(REPO)],
+                             stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        other_uid = _uid_of(json.loads(other.stdout.readline()))
+        deadline = time.monotonic() + SLOW_S  # until its bomb hits the limit
+        while len(_pids_of_uid(other_uid)) < 16 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_pids_of_uid(other_uid)) >= 16
+        monkeypatch.setattr(_pool, "_uid_counter", itertools.count(0))
+        with Sandbox(workers=1, timeout_s=SLOW_S, max_processes=16,
+                     strict=True) as mine:
+            uid = _uid_of(mine.isolation()["unprivileged_uid"])
+            res = mine.run(HONEST_THREADS)
+        assert (res.status, res.stdout) == ("ok", "threads ok\n"), res.stderr
+        assert uid != other_uid
+    finally:
+        other.kill()
+        other.wait()
+    # The other process died without closing its pool: its snippets die with
+    # it, and its uid is free again for the next pool that asks for it.
+    deadline = time.monotonic() + SLOW_S
+    while _pids_of_uid(other_uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _pids_of_uid(other_uid)
+    monkeypatch.setattr(_pool, "_uid_counter", itertools.count(0))
+    with Sandbox(workers=1, timeout_s=SLOW_S) as again:
+        assert _uid_of(again.isolation()["unprivileged_uid"]) == other_uid
