@@ -11,10 +11,15 @@ Quick use::
         print(box.isolation())   # which layers are in force on this host
 
 Workers are warm zygotes started under bubblewrap; each snippet is a fresh
-fork with its own PID and mount namespaces, scratch tmpfs, rlimits,
-unprivileged uid, no capabilities and a seccomp filter.  Hosts without
-bubblewrap get a weaker fallback and a one-time warning.  See docs/sandbox.md
-for the threat model and benchmarks.
+fork with its own PID and mount namespaces, scratch tmpfs, rlimits, no
+capabilities and a seccomp filter.  As root each worker leases an
+unprivileged uid that no other worker on the host holds (a lock file), so
+the per-uid process limit counts its snippets alone.  Memory is bounded by
+RLIMIT_AS per process plus, for memory that lives behind a file descriptor,
+a second filter each snippet stacks: no memfd, vmsplice or IP sockets, no
+growing socket or pipe buffers, and files only on the scratch tmpfs.  Hosts
+without bubblewrap get a weaker fallback and a one-time warning.  See
+docs/sandbox.md for the threat model and benchmarks.
 """
 
 from ._pool import DEFAULT_PRELOAD, Sandbox

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import functools
+import io
 import os
 import platform
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from ._types import SandboxError
 
 BWRAP_INSTALL_HINT = (
     "install bubblewrap for full isolation: "
@@ -198,6 +205,69 @@ def default_uid_base() -> int:
            for inside, _, count in ranges):
         return high
     return 61000
+
+
+def uid_lock_dir() -> str:
+    """Host-wide directory of the snippet uids' lock files (uids are leased as root)."""
+    parent = "/run/lock"
+    if not (os.path.isdir(parent) and os.access(parent, os.W_OK)):
+        parent = tempfile.gettempdir()
+    return os.path.join(parent, "solver-sandbox-uids")
+
+
+def lease_uid(base: int, slots: int, start: int, lock_dir: str) -> tuple[int, io.FileIO]:
+    """Lock the first free uid of ``base + (start .. start + slots - 1) % slots``.
+
+    Returns the uid and the open lock file; the uid is ours until that file
+    is closed or this process dies (an flock), so no two pools on this host
+    ever share one: RLIMIT_NPROC counts per uid, and a shared uid would let
+    one pool's fork-heavy snippet starve another's.
+    """
+    try:
+        _check_lock_dir(lock_dir)
+        for k in range(slots):
+            uid = base + (start + k) % slots
+            lease = _try_lock(os.path.join(lock_dir, "uid-%d.lock" % uid))
+            if lease is not None:
+                return uid, lease
+    except OSError as exc:
+        raise SandboxError("cannot lease a snippet uid in %s: %s" % (
+            lock_dir, exc)) from exc
+    raise SandboxError(
+        "no free snippet uid: all %d uids from uid_base %d are held by other "
+        "sandbox workers on this host (lock files in %s, each naming its "
+        "holder's pid); close some pools, or pass another uid_base"
+        % (slots, base, lock_dir))
+
+
+def _try_lock(path: str) -> io.FileIO | None:
+    """The open, flock-ed lock file at ``path``, or None if another holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    lease = io.FileIO(fd, "r+")
+    lease.truncate(0)
+    lease.write(b"%d\n" % os.getpid())  # who holds it, for a person to see
+    return lease
+
+
+def _check_lock_dir(path: str) -> None:
+    """Create ``path``; refuse it unless only we can write it (we run as root)."""
+    try:
+        os.mkdir(path, 0o755)
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid()
+            or info.st_mode & 0o022):
+        raise SandboxError(
+            "uid lock directory %s is not a directory that only uid %d can "
+            "write; remove it and retry" % (path, os.geteuid()))
 
 
 def hidden_dirs() -> list[str]:

@@ -47,6 +47,9 @@ _PIPELINE_DEPTH = 2
 # means the host cannot run workers at all.
 _MAX_START_FAILURES = 3
 _WORKER_SOURCE = Path(proto.__file__).read_text(encoding="utf-8")
+# As root, each worker leases a uid of its own among uid_base + (0 .. 4095);
+# the search starts at a pid-derived slot so that pools rarely contend.
+_UID_SLOTS = 4096
 _uid_counter = itertools.count(os.getpid() * 64)
 _warned: set[str] = set()
 
@@ -58,10 +61,12 @@ class _WorkerDied(Exception):
 class _Worker:
     """Parent-side handle of one zygote process."""
 
-    def __init__(self, proc: subprocess.Popen, errfile, uid: int | None):
+    def __init__(self, proc: subprocess.Popen, errfile, uid: int | None,
+                 uid_lease=None):
         self.proc = proc
         self.errfile = errfile
         self.uid = uid
+        self.uid_lease = uid_lease
         self.fd_in = proc.stdin.fileno()
         self.fd_out = proc.stdout.fileno()
         os.set_blocking(self.fd_in, False)
@@ -145,6 +150,8 @@ class _Worker:
             except OSError:
                 pass
         self.errfile.close()
+        if self.uid_lease is not None:  # only now that its processes are gone
+            self.uid_lease.close()
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
@@ -159,13 +166,16 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def _finalize(owner: int, procs: list, scratch: str | None, spawner) -> None:
+def _finalize(owner: int, procs: list, leases: list, scratch: str | None,
+              spawner) -> None:
     """Kill all workers; also runs at exit or GC if close() was never called."""
     if os.getpid() != owner:  # a fork of the trainer must not kill its pool
         return
     for proc in list(procs):
         if proc.poll() is None:
             _kill_tree(proc)
+    for lease in list(leases):
+        lease.close()
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
     spawner.shutdown(wait=False)
@@ -184,7 +194,9 @@ class Sandbox:
     Args:
         workers: parallel workers (each runs one snippet at a time).
         timeout_s: default wall-clock limit per snippet.
-        memory_mb: address-space limit (RLIMIT_AS) of each snippet process.
+        memory_mb: address-space limit (RLIMIT_AS) of each snippet process;
+            memory it does not count (memfd, socket and pipe buffers) is
+            refused by seccomp, files count against ``scratch_mb``.
         max_output_bytes: cap on stdout and on stderr; beyond it the snippet
             is stopped and the result is ``output_limit``.
         max_processes: processes and threads a snippet may have (RLIMIT_NPROC).
@@ -199,9 +211,13 @@ class Sandbox:
             any isolation layer is missing.
         preload: modules each worker imports before forking snippets.
         uid_base: when the trainer runs as root, snippets run as
-            ``uid_base + k`` (k < 4096), a distinct unprivileged uid per
-            worker.  None picks one no account uses: 2,000,000,000 on a host,
-            61,000 inside a container whose user namespace maps 64 Ki uids.
+            ``uid_base + k`` (k < 4096), an unprivileged uid per worker that
+            no other worker on this host has: each worker holds a lock file
+            for its uid (in ``/run/lock/solver-sandbox-uids``) until it is
+            killed or this process dies, and :class:`SandboxError` says so
+            when all 4096 are taken.  None picks a base no account uses:
+            2,000,000,000 on a host, 61,000 inside a container whose user
+            namespace maps 64 Ki uids.
         start_timeout_s: how long a worker may take to come up.
 
     Use it as a context manager, or call :meth:`close`.
@@ -224,6 +240,7 @@ class Sandbox:
         self._python = os.path.realpath(python) if python else _host.default_python()
         self._bwrap = self._choose_bwrap(use_bwrap)
         self._uid_base = _host.default_uid_base() if uid_base is None else uid_base
+        self._uid_lock_dir = _host.uid_lock_dir()
         self._start_timeout = start_timeout_s
         self._scratch_root = None if self._bwrap else tempfile.mkdtemp(
             prefix="solver-sandbox-")
@@ -234,11 +251,12 @@ class Sandbox:
         self._idle: list[_Worker] = []
         self._all: set[_Worker] = set()
         self._procs: list[subprocess.Popen] = []
+        self._uid_leases: list = []
         self._closed = False
         self._owner = os.getpid()
         self._finalizer = weakref.finalize(self, _finalize, self._owner,
-                                           self._procs, self._scratch_root,
-                                           self._spawner)
+                                           self._procs, self._uid_leases,
+                                           self._scratch_root, self._spawner)
         try:
             self._start_pool()
             self._isolation = self._measure_isolation()
@@ -332,6 +350,8 @@ class Sandbox:
         return {
             "limits": limits, "env": _host.SNIPPET_ENV, "preload": list(preload),
             "seccomp_hex": (_seccomp.build_filter(self._host.machine) or b"").hex(),
+            "snippet_seccomp_hex": (_seccomp.build_snippet_filter(
+                self._host.machine) or b"").hex(),
             "self_isolate": not self._bwrap,
             "shm_mount": not self._bwrap,  # bwrap links /dev/shm to /tmp
             "scratch_root": self._scratch_root or "/tmp",
@@ -360,9 +380,11 @@ class Sandbox:
             if self._closed:
                 raise SandboxError("sandbox is closed")
         cfg = dict(self._cfg)
-        uid = None
+        uid = lease = None
         if self._host.root:
-            uid = self._uid_base + next(_uid_counter) % 4096
+            uid, lease = _host.lease_uid(self._uid_base, _UID_SLOTS,
+                                         next(_uid_counter) % _UID_SLOTS,
+                                         self._uid_lock_dir)
             cfg.update(uid=uid, gid=uid)
         argv = [self._python, "-I", "-S", "-c", proto.BOOTSTRAP, _WORKER_SOURCE,
                 json.dumps(cfg)]
@@ -374,10 +396,14 @@ class Sandbox:
             proc = self._spawner.submit(self._popen, argv, errfile).result()
         except (OSError, RuntimeError) as exc:  # RuntimeError: spawner shut down
             errfile.close()
+            if lease is not None:
+                lease.close()
             raise SandboxError("cannot start a sandbox worker: %s" % exc) from exc
-        worker = _Worker(proc, errfile, uid)
+        worker = _Worker(proc, errfile, uid, lease)
         with self._cond:
             self._procs.append(proc)
+            if lease is not None:
+                self._uid_leases.append(lease)
             self._all.add(worker)
             if not self._closed:
                 return worker
@@ -429,6 +455,8 @@ class Sandbox:
             self._all.discard(worker)
             if worker.proc in self._procs:
                 self._procs.remove(worker.proc)
+            if worker.uid_lease in self._uid_leases:
+                self._uid_leases.remove(worker.uid_lease)
         return self._spawn()
 
     # -- running -------------------------------------------------------------
@@ -703,7 +731,7 @@ def _probe_paths(exposed: list[str]) -> dict:
 
 
 _PROBE_SNIPPET = r'''
-import ctypes, errno, json, os, resource, socket, sys
+import ctypes, errno, fcntl, json, os, resource, socket, sys
 want = json.load(sys.stdin)
 facts = {"uid": os.getuid(), "pid": os.getpid(), "env": sorted(os.environ)}
 try:
@@ -715,9 +743,27 @@ except OSError as exc:
     facts["status_error"] = str(exc)
 facts["procs"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 facts["ifaces"] = [name for _, name in socket.if_nameindex()]
-s = socket.socket(); s.setblocking(False)
-facts["connect_errno"] = s.connect_ex(("192.0.2.1", 80)); s.close()
+try:
+    s = socket.socket(); s.setblocking(False)
+    facts["connect_errno"] = s.connect_ex(("192.0.2.1", 80)); s.close()
+except OSError as exc:  # the snippet filter refuses IP sockets outright
+    facts["connect_errno"] = exc.errno
 libc = ctypes.CDLL(None, use_errno=True)
+def refused(call):
+    try:
+        ret = call()
+    except OSError as exc:
+        return exc.errno == errno.EPERM
+    return ret == -1 and ctypes.get_errno() == errno.EPERM
+pair, (r, w) = socket.socketpair(), os.pipe()
+facts["fd_memory_refused"] = [name for name, call in (
+    ("memfd", lambda: os.memfd_create("probe")),
+    ("vmsplice", lambda: libc.vmsplice(-1, None, 0, 0)),
+    ("ip_socket", lambda: socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)),
+    ("socket_buffer", lambda: pair[0].setsockopt(socket.SOL_SOCKET,
+                                                 socket.SO_RCVBUF, 1 << 22)),
+    ("pipe_size", lambda: fcntl.fcntl(w, 1031, 1 << 20)),  # F_SETPIPE_SZ
+) if refused(call)]
 facts["userns_errno"] = 0 if libc.unshare(0x10000000) == 0 else ctypes.get_errno()
 shm = libc.shmget(0, 4096, 0o1600)  # IPC_PRIVATE, IPC_CREAT
 facts["sysv_errno"] = ctypes.get_errno() if shm < 0 else 0
@@ -786,6 +832,11 @@ def _layers(box: Sandbox, info: dict, facts: dict) -> dict[str, bool | str]:
         "rlimit_cpu": limits["CPU"] != inf and "CPU seconds: timeout + 2",
         "rlimit_memory": limits["AS"] == lim["memory_mb"] << 20 and
                          "%d MiB address space" % lim["memory_mb"],
+        "fd_memory_bounded": (len(facts["fd_memory_refused"]) == 5
+                              and info.get("scratch_tmpfs") and
+                              "memfd, vmsplice, IP sockets, socket and pipe buffer "
+                              "growth refused; files only on the %d MiB scratch "
+                              "tmpfs" % lim["scratch_mb"]),
         "rlimit_processes": (limits["NPROC"] != inf and
                              "%d processes/threads" % limits["NPROC"]),
         "rlimit_file_size": limits["FSIZE"] == lim["file_mb"] << 20 and

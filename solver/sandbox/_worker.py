@@ -13,7 +13,10 @@ Per snippet the zygote mounts a fresh tmpfs on /tmp (under bubblewrap
                    a dedicated uid when the host runs us as root, and no
                    capabilities; the seccomp filter (which also refuses SysV
                    IPC), no_new_privs and the empty bounding set are
-                   inherited from Z, which set them up once.
+                   inherited from Z, which set them up once; C then stacks
+                   the snippet filter, which refuses fd-backed memory that
+                   RLIMIT_AS does not count (memfd, IP sockets, growing
+                   socket and pipe buffers, vmsplice).
 
 C cannot see Z (different PID namespace), so it cannot signal or trace it.
 C is PID 1 of its namespace: when it exits (or Z kills it on timeout), the
@@ -180,6 +183,9 @@ class Zygote:
         # Without the filter refusing SysV IPC, a fresh IPC namespace per
         # snippet keeps shared memory and queues from reaching the next one.
         self.fresh_ipc = self.pidns_fd is not None and not seccomp
+        # Loaded once here; each snippet stacks it on the inherited filter.
+        hex_prog = seccomp and cfg.get("snippet_seccomp_hex")
+        self.snippet_filter = load_filter(hex_prog) if hex_prog else None
         self.streams = make_streams()
         self.counter = 0
         self.rlimits = self._static_rlimits()
@@ -348,10 +354,12 @@ class Zygote:
         return [(which, (value, value)) for which, value in rlimits]
 
     def _lock_down(self, timeout):
-        """Limits, then identity and capabilities.
+        """Limits, then identity and capabilities, then the snippet filter.
 
-        The bounding set, no_new_privs and the seccomp filter were settled
-        once in the zygote and are inherited.
+        The bounding set, no_new_privs and the worker's seccomp filter were
+        settled once in the zygote and are inherited; the snippet filter
+        (no memfd, IP sockets or buffer growth) goes last, as it refuses
+        calls made above.
         """
         cpu = _cpu_limit(timeout)
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # XCPU, KILL
@@ -366,6 +374,8 @@ class Zygote:
             os.setresuid(self.uid, self.uid, self.uid)
         else:
             drop_capabilities()
+        if self.snippet_filter is not None:
+            install_filter(self.snippet_filter)
 
     def _collect(self, pid, out_r, err_r, deadline, timeout, cap):
         """Gather output until the snippet exits, overflows, or times out."""
@@ -775,10 +785,18 @@ def _install_seccomp(hex_prog):
     """Filter ourselves; every snippet inherits it (see _seccomp.py)."""
     if not hex_prog:
         return False
-    buf = ctypes.create_string_buffer(bytes.fromhex(hex_prog))
-    prog = _SockFprog(len(buf.raw) // 8, ctypes.addressof(buf))
-    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog))
+    install_filter(load_filter(hex_prog))
     return True
+
+
+def load_filter(hex_prog):
+    """A seccomp program ready for ``install_filter``: (sock_fprog, its code)."""
+    buf = ctypes.create_string_buffer(bytes.fromhex(hex_prog))
+    return _SockFprog(len(buf.raw) // 8, ctypes.addressof(buf)), buf
+
+
+def install_filter(loaded):
+    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(loaded[0]))
 
 
 def _trim_heap():

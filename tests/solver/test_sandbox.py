@@ -22,7 +22,7 @@ import pytest
 
 from solver.sandbox import (STATUSES, ExecResult, IsolationUnavailable, Sandbox,
                             SandboxError)
-from solver.sandbox import _pool
+from solver.sandbox import _host, _pool
 
 INSTALL_HINT = ("install bubblewrap: "
                 "apt-get install -y --no-install-recommends bubblewrap")
@@ -208,6 +208,59 @@ def test_scratch_dir_is_private_writable_and_fresh(box):
         assert res.stdout == "[] []\n"
 
 
+def test_what_the_snippet_filter_leaves_works(box):
+    """Unix sockets, asyncio, pipes, /dev/shm and ctypes callbacks still work."""
+    code = textwrap.dedent("""
+        import asyncio, ctypes, fcntl, multiprocessing, os, socket
+        a, b = socket.socketpair()
+        a.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)  # not a buffer size
+        a.sendall(b"ping"); print(b.recv(4).decode())
+        parent, child = multiprocessing.Pipe()
+        child.send([1, 2]); print(parent.recv())
+        r, w = os.pipe()
+        print(fcntl.fcntl(r, fcntl.F_GETFL) & os.O_NONBLOCK, fcntl.fcntl(w, 1032))
+        async def main():
+            await asyncio.sleep(0)
+            return "async"
+        print(asyncio.run(main()))
+        from multiprocessing import shared_memory
+        shm = shared_memory.SharedMemory(create=True, size=1 << 16)
+        shm.buf[:2] = b"ok"; print(bytes(shm.buf[:2]).decode()); shm.close(); shm.unlink()
+        cmp = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int),
+                               ctypes.POINTER(ctypes.c_int))(
+            lambda x, y: x[0] - y[0])
+        arr = (ctypes.c_int * 3)(3, 1, 2)
+        ctypes.CDLL(None).qsort(arr, 3, ctypes.sizeof(ctypes.c_int), cmp)
+        print(list(arr))
+        """)
+    res = box.run(code)
+    assert (res.status, res.stdout) == (
+        "ok", "ping\n[1, 2]\n0 65536\nasync\nok\n[1, 2, 3]\n"), res.stderr
+
+
+def test_fd_backed_memory_is_refused_with_a_clear_error(box):
+    """Memory RLIMIT_AS does not count: refused at once, as PermissionError."""
+    code = textwrap.dedent("""
+        import os, socket
+        for name, call in [
+                ("memfd", lambda: os.memfd_create("x")),
+                ("tcp", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM)),
+                ("buffer", lambda: socket.socketpair()[0].setsockopt(
+                    socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 26))]:
+            try:
+                call()
+                print(name, "allowed")
+            except PermissionError as exc:
+                print(name, exc)
+        """)
+    res = box.run(code)
+    assert res.stdout == "".join("%s [Errno 1] Operation not permitted\n" % name
+                                 for name in ("memfd", "tcp", "buffer")), res.stderr
+    res = box.run("import os; os.memfd_create('x')")
+    assert res.status == "error"
+    assert "PermissionError: [Errno 1] Operation not permitted" in res.stderr
+
+
 def test_sysv_ipc_is_refused(box):
     make = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "print(libc.%s, ctypes.get_errno())")
@@ -355,7 +408,8 @@ def test_isolation_report(box):
     for key in ("bubblewrap", "network_isolated", "pid_namespace", "sysv_ipc",
                 "filesystem_readonly", "filesystem_hidden", "scratch_dir",
                 "unprivileged_uid", "capabilities_dropped", "seccomp",
-                "rlimit_cpu", "rlimit_memory", "rlimit_processes",
+                "rlimit_cpu", "rlimit_memory", "fd_memory_bounded",
+                "rlimit_processes",
                 "rlimit_file_size", "rlimit_open_files", "no_core_dumps",
                 "environment_scrubbed", "wall_clock_timeout", "output_cap"):
         assert layers[key], key
@@ -383,6 +437,36 @@ def test_fallback_without_bwrap_warns_once_and_reports():
 def test_strict_refuses_partial_isolation():
     with pytest.raises(IsolationUnavailable, match="apt-get install"):
         Sandbox(workers=1, use_bwrap=False, strict=True)
+
+
+# --------------------------------------------------------------- snippet uids --
+def test_uid_leases_are_exclusive_and_released_on_close(tmp_path):
+    first, lease1 = _host.lease_uid(1000, 3, 2, str(tmp_path))
+    second, lease2 = _host.lease_uid(1000, 3, 2, str(tmp_path))  # same start slot
+    assert (first, second) == (1002, 1000)  # the search wraps around
+    assert (tmp_path / "uid-1002.lock").read_text() == "%d\n" % os.getpid()
+    lease1.close()
+    assert _host.lease_uid(1000, 3, 2, str(tmp_path))[0] == 1002
+    lease2.close()
+
+
+def test_uid_lease_refuses_a_lock_dir_others_can_write(tmp_path):
+    tmp_path.chmod(0o777)
+    with pytest.raises(SandboxError, match="only uid"):
+        _host.lease_uid(1000, 3, 0, str(tmp_path))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="uids are leased only as root")
+def test_no_free_uid_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(_host, "uid_lock_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(_pool, "_UID_SLOTS", 2)
+    with make_box(workers=2) as full:
+        held = {w.uid for w in full._all}
+        assert len(held) == 2
+        with pytest.raises(SandboxError, match="no free snippet uid: all 2 uids"):
+            Sandbox(workers=1)
+    with make_box(workers=1) as after:  # closing the first released its uids
+        assert {w.uid for w in after._all} <= held
 
 
 # ------------------------------------------------------------------ cleanup --

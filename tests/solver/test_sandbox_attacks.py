@@ -9,18 +9,31 @@ how to install it.
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import platform
+import re
 import socket
+import subprocess
 import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-from solver.sandbox import IsolationUnavailable, Sandbox
+from solver.sandbox import IsolationUnavailable, Sandbox, _pool
 from solver.sandbox._seccomp import _AARCH64, _X86_64
 
+from tests.solver.test_sandbox import REPO, _tree
+
 TIMEOUT_S = 1.0
+MEMORY_MB = 256
+# What the memory attacks try to hold outside the snippet's address space.
+HOLD_BYTES = 4 * MEMORY_MB << 20
+# Hang guard for snippets whose speed depends on the host's load.
+SLOW_S = 30.0
 CAP = 16 * 1024
 SECRET = "sk-sandbox-test-%d" % os.getpid()
 SYSCALLS = {"x86_64": _X86_64, "aarch64": _AARCH64}.get(platform.machine(), {})
@@ -31,7 +44,7 @@ def box():
     # A credential in the trainer's environment must never reach a snippet.
     os.environ["SOLVER_SANDBOX_TEST_TOKEN"] = SECRET
     try:
-        sandbox = Sandbox(workers=2, timeout_s=TIMEOUT_S, memory_mb=256,
+        sandbox = Sandbox(workers=2, timeout_s=TIMEOUT_S, memory_mb=MEMORY_MB,
                           max_output_bytes=CAP, strict=True)
     except IsolationUnavailable as exc:
         pytest.fail("full isolation unavailable on this host; install "
@@ -93,6 +106,25 @@ def syscall(name, *args):
             % (nr, ", ".join(str(a) for a in args) or "0"))
 
 
+def hold(name, grab):
+    """An attempt to hold ``HOLD_BYTES`` of memory that RLIMIT_AS does not see.
+
+    ``grab`` is a loop body that adds to ``held`` and keeps what holds the
+    memory in ``keep``.  The snippet must fail, and must not have held more
+    than ``MEMORY_MB`` by then (the scratch tmpfs and default kernel buffers
+    are allowed; a multiple of the address-space limit is not).
+    """
+    code = ("import fcntl, os, socket\nheld, keep = 0, []\ntry:\n"
+            "    while held < %d:\n%s\nfinally:\n"
+            "    print('held', held >> 20, 'MiB', 'ESCAPED' if held > %d else 'bounded')"
+            % (HOLD_BYTES, textwrap.indent(grab, " " * 8), MEMORY_MB << 20))
+    return attack(name, code, "error", timeout=SLOW_S)
+
+
+FILL_NONBLOCKING = ("    s.setblocking(False)\n    try:\n        while True:\n"
+                    "            held += s.send(bytes(1 << 16))\n"
+                    "    except BlockingIOError:\n        pass")
+
 ATTACKS = [
     # -- reading outside the scratch dir ---------------------------------
     attack("read_etc_shadow", "print('ESCAPED', open('/etc/shadow').read())", "error"),
@@ -152,6 +184,7 @@ ATTACKS = [
            "ok", expect="['lo']"),
     # -- processes ---------------------------------------------------------
     attack("fork_bomb", "import os\nwhile True:\n    os.fork()", "error"),
+    # Only the wall clock ends it; how soon depends on the host's load.
     attack("fork_bomb_resilient",
            "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
            "timeout"),
@@ -162,16 +195,40 @@ ATTACKS = [
     # Filling 256 MiB page by page takes a while on a loaded host: more time.
     attack("memory_creep", "x = []\nwhile True:\n    x.append(bytearray(1 << 20))", "memory",
            timeout=10),
+    # -- memory that RLIMIT_AS does not count: fd-backed pages, kernel buffers --
+    hold("memfd", "fd = os.memfd_create('hold')\nkeep.append(fd)\nfor _ in range(16):\n"
+                  "    held += os.write(fd, bytes(1 << 20))"),
+    hold("dev_shm_files", "f = open('/dev/shm/hold' + str(len(keep)), 'wb', buffering=0)\n"
+                          "keep.append(f)\nfor _ in range(16):\n"
+                          "    held += f.write(bytes(1 << 20))"),
+    hold("tmp_files", "fd = os.open('.', os.O_TMPFILE | os.O_RDWR)\nkeep.append(fd)\n"
+                      "for _ in range(16):\n    held += os.write(fd, bytes(1 << 20))"),
+    hold("big_pipes", "r, w = os.pipe()\nkeep += [r, w]\n"
+                      "fcntl.fcntl(w, fcntl.F_SETPIPE_SZ, 1 << 20)\n"
+                      "os.set_blocking(w, False)\ntry:\n    while True:\n"
+                      "        held += os.write(w, bytes(1 << 16))\n"
+                      "except BlockingIOError:\n    pass"),
+    hold("socket_buffers", "keep += socket.socketpair()\nfor s in keep[-2:]:\n"
+                           "    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 26)\n"
+                           + FILL_NONBLOCKING),
+    hold("tcp_loopback_buffers",
+         "if not keep:\n    keep.append(socket.create_server(('127.0.0.1', 0), backlog=256))\n"
+         "keep.append(socket.create_connection(keep[0].getsockname()))\n"
+         "keep.append(keep[0].accept()[0])\nfor s in keep[-2:]:\n" + FILL_NONBLOCKING),
+    attack("vmsplice", syscall("vmsplice", 0, 0, 0, 0), "ok", expect="-1 1"),
+    attack("memfd_secret", syscall("memfd_secret", 0), "ok", expect="-1 1"),
+    # -- CPU and time ----------------------------------------------------------
     attack("cpu_spin", "while True:\n    pass", "timeout"),
     attack("cpu_spin_threads",
            "import threading\ndef spin():\n    while True:\n        pass\n"
            "for _ in range(4):\n    threading.Thread(target=spin, daemon=True).start()\nspin()",
            "timeout"),
     attack("sleep_past_timeout", "import time; time.sleep(60)", "timeout"),
+    # The test then checks from the host that the grandchild is gone.
     attack("background_child_outlives",
            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-           "        time.sleep(0.4); print('ESCAPED', flush=True)\n    os._exit(0)\n"
-           "print('parent done')", "ok", expect="parent done"),
+           "        time.sleep(60); print('ESCAPED', flush=True)\n    os._exit(0)\n"
+           "print('parent done')", "ok", expect="parent done", timeout=SLOW_S),
     attack("signal_parent",
            "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nprint('alive')", "ok",
            expect="alive"),
@@ -265,14 +322,38 @@ def test_attack_is_contained(box, host, code, status, stdin, expect, absent, tim
         assert text % fill not in res.stdout
     if status == "output_limit":
         assert len(res.stdout.encode()) <= CAP and len(res.stderr.encode()) <= CAP
-    if status == "timeout":
-        assert res.wall_s < TIMEOUT_S + 0.5
+    # Nothing left running, seen from the host: no process below a zygote.
+    deadline = time.monotonic() + SLOW_S
+    while _leftovers(box) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _leftovers(box)
     # Still serving, on every worker: clean builtins, empty scratch, and no
     # process left from the attack (only the check itself besides PID 1).
-    for after in box.run_many([CHECK, CHECK]):
+    for after in box.run_many([CHECK, CHECK], timeout_s=SLOW_S):
         assert after.status == "ok", after.stderr
         length, scratch, procs = __import__("json").loads(after.stdout)
         assert (length, scratch, len(procs)) == (2, [], 1), after.stdout
+
+
+def _leftovers(box) -> set[int]:
+    """Host pids of processes below the workers' zygotes (snippets and theirs).
+
+    The zygote is bwrap's child (PID 1 of the worker's namespace); an idle
+    worker has nothing below it.
+    """
+    pids: set[int] = set()
+    for worker in list(box._all):
+        for zygote in _tree(worker.proc.pid) - {worker.proc.pid}:
+            if _ppid(zygote) == worker.proc.pid:
+                pids |= _tree(zygote) - {zygote}
+    return pids
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def test_attack_count():
@@ -293,3 +374,70 @@ def test_attacks_in_one_batch_do_not_disturb_normal_snippets(box, host):
     assert [r.status for r in results[::2]] == expected
     assert [r.stdout for r in results[1::2]] == ["%d %d\n" % (2 * i, i)
                                                  for i in range(len(ATTACKS))]
+
+
+# -------------------------------------------------- pools in other processes --
+# A pool in another process whose pid-derived first uid slot is the same as
+# ours; it runs a snippet that forks until its process limit refuses more.
+OTHER_POOL = r"""
+import itertools, json, sys
+sys.path.insert(0, sys.argv[1])
+from solver.sandbox import Sandbox, _pool
+_pool._uid_counter = itertools.count(0)
+with Sandbox(workers=1, timeout_s=600, max_processes=16, strict=True) as box:
+    print(json.dumps(box.isolation()["unprivileged_uid"]), flush=True)
+    box.run("import os, time\nwhile True:\n    try:\n        if os.fork() == 0:\n"
+            "            time.sleep(600)\n    except OSError:\n        time.sleep(600)")
+"""
+HONEST_THREADS = ("import threading\nts = [threading.Thread(target=sum, args=([1, 2],))"
+                  " for _ in range(8)]\nfor t in ts:\n    t.start()\nfor t in ts:\n"
+                  "    t.join()\nprint('threads ok')")
+
+
+def _uid_of(layer: str) -> int:
+    return int(re.match(r"uid (\d+)", layer).group(1))
+
+
+def _pids_of_uid(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            status = Path("/proc/%s/status" % entry).read_text()
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and re.search(r"^Uid:\s+%d\s" % uid, status, re.M):
+            pids.append(int(entry))
+    return pids
+
+
+@pytest.mark.skipif(os.geteuid() != 0,
+                    reason="snippets get uids of their own only when the trainer is root")
+def test_pools_in_two_processes_never_share_a_uid(monkeypatch):
+    """RLIMIT_NPROC counts per uid: a shared uid lets one pool starve another."""
+    other = subprocess.Popen([sys.executable, "-c", OTHER_POOL, str(REPO)],
+                             stdout=subprocess.PIPE, text=True, cwd="/")
+    try:
+        other_uid = _uid_of(json.loads(other.stdout.readline()))
+        deadline = time.monotonic() + SLOW_S  # until its bomb hits the limit
+        while len(_pids_of_uid(other_uid)) < 16 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(_pids_of_uid(other_uid)) >= 16
+        monkeypatch.setattr(_pool, "_uid_counter", itertools.count(0))
+        with Sandbox(workers=1, timeout_s=SLOW_S, max_processes=16,
+                     strict=True) as mine:
+            uid = _uid_of(mine.isolation()["unprivileged_uid"])
+            res = mine.run(HONEST_THREADS)
+        assert (res.status, res.stdout) == ("ok", "threads ok\n"), res.stderr
+        assert uid != other_uid
+    finally:
+        other.kill()
+        other.wait()
+    # The other process died without closing its pool: its snippets die with
+    # it, and its uid is free again for the next pool that asks for it.
+    deadline = time.monotonic() + SLOW_S
+    while _pids_of_uid(other_uid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _pids_of_uid(other_uid)
+    monkeypatch.setattr(_pool, "_uid_counter", itertools.count(0))
+    with Sandbox(workers=1, timeout_s=SLOW_S) as again:
+        assert _uid_of(again.isolation()["unprivileged_uid"]) == other_uid
