@@ -1,6 +1,7 @@
 """Sampling completions and packing them into padded training batches."""
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -53,13 +54,16 @@ def encode_prompts(tokenizer, prompts: list[Prompt], style: str = "plain") -> li
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, temperature: float = 1.0,
              top_p: float = 1.0, greedy: bool = False, batch_size: int = 256, seed: int | None = None,
-             desc: str | None = None, progress: bool = False, style: str = "plain") -> list[Completion]:
+             desc: str | None = None, progress: bool = False, style: str = "plain",
+             share_prompts: bool = True) -> list[Completion]:
     """Sample one completion per prompt (repeat prompts for groups), prompts rendered in ``style``.
 
     A completion ends at its first stop token (eos, the model's other eos ids, a chat
     template's end of turn), which it keeps; ``finished`` is False if none came within
-    ``max_new_tokens``. Reproducible: the sampling stream is seeded from ``seed`` alone, so
-    the same weights and seed give the same completions whatever ran before.
+    ``max_new_tokens``; sampling stops once every row has finished. Reproducible: the
+    sampling stream is seeded from ``seed`` alone, so the same weights and seed give the
+    same completions whatever ran before. ``share_prompts``: a prompt repeated in a batch
+    (a GRPO group) is prefilled once (``prompt_cache``); off gives plain ``model.generate``.
     """
     if seed is not None:
         torch.manual_seed(seed)
@@ -81,6 +85,9 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, te
             ids[i, width - len(row) :] = torch.tensor(row)
             attn[i, width - len(row) :] = 1
         kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
+        cache = prompt_cache(model, ids.to(device), attn.to(device)) if share_prompts else None
+        if cache is not None:
+            kwargs[_cache_kwarg(model)] = cache
         seqs = model.generate(
             input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new_tokens,
             eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=pad, **kwargs,
@@ -94,6 +101,57 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, te
             out.append(Completion(row, new, text, finished))
     model.train(was_training)
     return out
+
+
+def _cache_kwarg(model) -> str:
+    """The name a model's forward gives its KV cache: ``cache`` (transformers >= 5.?) or ``past_key_values``."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+def _synced_ranks() -> bool:
+    """True where ``model.generate`` steps every rank together (ZeRO-3 over several ranks)."""
+    import torch.distributed as dist
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return is_deepspeed_zero3_enabled() and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+@torch.no_grad()
+def prompt_cache(model, ids_bw: torch.Tensor, attn_bw: torch.Tensor):
+    """The KV cache of each left-padded row's prompt but its last token, one forward per distinct prompt.
+
+    ``model.generate`` handed this cache runs only the rows' last prompt token before it samples,
+    so the G copies of a group's prompt cost one prefill instead of G. Nothing is sampled in a
+    prefill, so the sampling stream is that of a plain ``generate``: the same tokens up to float
+    rounding of the prompt's keys (tests hold greedy and float64 samples identical). None where
+    nothing repeats or the model's cache is not a plain ``DynamicCache`` (then ``generate`` prefills).
+    """
+    from transformers import DynamicCache
+
+    config = getattr(model, "config", None)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    plain_cache = getattr(base, "_supports_default_dynamic_cache", lambda: False)()
+    if (ids_bw.shape[1] < 2 or config is None or getattr(config, "is_encoder_decoder", False) or not plain_cache
+            or getattr(getattr(base, "generation_config", None), "cache_implementation", None) or _synced_ranks()):
+        return None
+    prefix_bw, mask_bw = ids_bw[:, :-1], attn_bw[:, :-1]
+    first: dict[tuple, int] = {}  # distinct (prefix, mask) -> the first row that has it
+    for i, key in enumerate(zip(map(tuple, prefix_bw.tolist()), map(tuple, mask_bw.tolist()))):
+        first.setdefault(key, i)
+    if len(first) == len(ids_bw):
+        return None
+    slot = {i: u for u, i in enumerate(first.values())}
+    inverse = [slot[first[key]] for key in zip(map(tuple, prefix_bw.tolist()), map(tuple, mask_bw.tolist()))]
+    rows = torch.tensor(list(first.values()), device=ids_bw.device)
+    ids_uw, mask_uw = prefix_bw[rows], mask_bw[rows]
+    position_uw = (mask_uw.long().cumsum(-1) - 1).masked_fill(mask_uw == 0, 0)  # as generate numbers them
+    cache = DynamicCache(config=config)
+    extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
+    model(input_ids=ids_uw, attention_mask=mask_uw, position_ids=position_uw, use_cache=True,
+          **{_cache_kwarg(model): cache}, **extra)
+    cache.batch_select_indices(torch.tensor(inverse, device=ids_bw.device))  # [U, ...] -> [B, ...]
+    return cache
 
 
 def pack(completions: list[Completion], rewards: list[float], group_ids: list[int], pad_id: int) -> Rollout:

@@ -51,3 +51,58 @@ def test_nested_progress_bar_stays_out_of_non_tty_logs(capsys):
     err = capsys.readouterr().err
     assert "rounds" in err  # the outer bar still reports
     assert "\x1b[A" not in err  # no cursor-up escapes from a nested bar
+
+
+def test_shared_prompt_prefill_samples_what_plain_generate_samples():
+    """Prefilling each distinct prompt once draws nothing, so the seeded samples are plain generate's:
+    identical in float64 (sampled) and float32 (greedy), for the embedded Llama and a Qwen2 in chat style."""
+    from tests.hf_models import qwen_model, qwen_tokenizer
+
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    llama = build_model(tok, 32, 2, 2, 64)
+    prompts = [p for p in ["Q:", "1+2=", "7-3+1=", "x"] for _ in range(4)] + ["lone"]
+    qtok = qwen_tokenizer()
+    qwen = qwen_model(qtok, layers=2)
+    for model, t, style in ((llama, tok, "plain"), (qwen, qtok, "chat")):
+        for dtype, greedy in ((torch.float64, False), (torch.float32, True), (torch.float32, False)):
+            model.to(dtype)
+            shared = generate(model, t, prompts, max_new_tokens=10, seed=3, greedy=greedy, style=style)
+            plain = generate(model, t, prompts, max_new_tokens=10, seed=3, greedy=greedy, style=style,
+                             share_prompts=False)
+            assert [c.completion_ids for c in shared] == [c.completion_ids for c in plain], (style, dtype, greedy)
+            assert [c.prompt_ids for c in shared] == [c.prompt_ids for c in plain]
+        model.float()
+
+
+def test_each_distinct_prompt_is_prefilled_once():
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    model = build_model(tok, 32, 1, 2, 64)
+    shapes = []
+    model.model.embed_tokens.register_forward_hook(lambda m, args, out: shapes.append(tuple(args[0].shape)))
+    prompts = [p for p in ["Q:", "12+3=", "4-4="] for _ in range(8)]
+    generate(model, tok, prompts, max_new_tokens=3, seed=0)
+    width = 1 + len("12+3=")  # with <bos>
+    # the prefill: 3 distinct prompts but their last token; then all 24 rows, one token a step
+    assert shapes[0] == (3, width - 1)
+    assert shapes[1:] == [(24, 1)] * (len(shapes) - 1) and 1 <= len(shapes) - 1 <= 3
+
+
+def test_generation_stops_once_every_row_has_finished():
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    model = build_model(tok, 32, 1, 2, 64)
+    eos = tok.eos_token_id
+    steps = []
+
+    def favour_eos(module, args, logits):  # every row samples eos at its second token
+        steps.append(1)
+        if len(steps) >= 3:
+            logits[..., eos] += 1e4
+        return logits
+
+    model.lm_head.register_forward_hook(favour_eos)
+    out = generate(model, tok, ["Q:"] * 6, max_new_tokens=50, seed=0)
+    assert all(c.finished and len(c.completion_ids) == 2 and c.completion_ids[-1] == eos for c in out)
+    assert len(steps) == 3  # the prompt prefill, then two sampling steps: none after every row ended
