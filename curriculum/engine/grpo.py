@@ -10,7 +10,7 @@ import torch
 from curriculum.config import LossConfig
 from curriculum.engine.distributed import SingleProcess
 from curriculum.engine.policy import Role, global_grad_norm, lr_of
-from curriculum.engine.rl import compute_advantages, policy_loss, sequence_logprobs
+from curriculum.engine.rl import compute_advantages, packed_logprobs, policy_loss
 from curriculum.engine.rollout import Rollout
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,8 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
     and one minibatch the update is on-policy by construction: the ratio is 1 and the old
     log-probs are the training forward's own, detached, so no extra forward pass is run.
     Otherwise they are computed once, before any step.
+    Log-probs come from ``packed_logprobs``: no padding and each group's prompt once, the same
+    values as the padded forward up to float rounding, only at ``response_mask`` positions.
     A step whose loss or gradient is not finite is skipped (weights, optimizer and
     schedule untouched) and counted in ``nonfinite_steps``: one bad batch must not
     poison the weights that the next checkpoint saves.
@@ -46,7 +48,8 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
     with torch.no_grad():
         old_logp_bt = None
         if not on_policy(loss_cfg, n):
-            old_logp_bt, _ = sequence_logprobs(model, batch.input_ids, batch.attention_mask, backend=backend)
+            old_logp_bt, _ = packed_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask,
+                                             backend=backend)
         ref_logp_bt = None
         if loss_cfg.kl_coef > 0:
             ref_logp_bt = role.reference_logprobs(batch.input_ids, batch.attention_mask, backend=backend)
@@ -60,8 +63,8 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
         for start in range(0, n, mb):
             idx = order[start : start + mb].to(device)
             mask_bt = batch.response_mask[idx]
-            logp_bt, ent_bt = sequence_logprobs(model, batch.input_ids[idx], batch.attention_mask[idx],
-                                                with_entropy=True, backend=backend)
+            logp_bt, ent_bt = packed_logprobs(model, batch.input_ids[idx], batch.attention_mask[idx], mask_bt,
+                                              with_entropy=True, backend=backend)
             loss, stats = policy_loss(
                 logp_bt, logp_bt.detach() if old_logp_bt is None else old_logp_bt[idx], adv_n[idx], mask_bt,
                 **_loss_kwargs(loss_cfg, norm_len), ref_logp=None if ref_logp_bt is None else ref_logp_bt[idx],
@@ -160,7 +163,8 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, norm_le
                  engine.gradient_accumulation_steps())
 
     def logprobs(m, **kw):
-        return sequence_logprobs(model, batch.input_ids[m], batch.attention_mask[m], backend=backend, **kw)
+        return packed_logprobs(model, batch.input_ids[m], batch.attention_mask[m], batch.response_mask[m],
+                               backend=backend, **kw)
 
     with torch.no_grad():  # behaviour (and reference) log-probs of every planned micro-batch, before any step
         old = None if on_policy(loss_cfg, n) else [[logprobs(m.to(device))[0] for m in micros] for _, micros in plan]

@@ -134,8 +134,8 @@ def test_on_policy_update_skips_the_old_logprob_pass_with_the_same_loss_and_grad
     import curriculum.engine.grpo as grpo
 
     calls = []
-    real = grpo.sequence_logprobs
-    monkeypatch.setattr(grpo, "sequence_logprobs", lambda *a, **k: (calls.append(k.get("with_entropy", False)), real(*a, **k))[1])
+    real = grpo.packed_logprobs
+    monkeypatch.setattr(grpo, "packed_logprobs", lambda *a, **k: (calls.append(k.get("with_entropy", False)), real(*a, **k))[1])
 
     def update(force_old_pass: bool):
         cfg, tok, roles = tiny_roles([])

@@ -8,6 +8,7 @@ from curriculum.engine.rl._backend import BACKENDS, triton_available
 from curriculum.engine.rl.advantages import ESTIMATORS, compute_advantages, register_estimator
 from curriculum.engine.rl.logprobs import full_logits_logprobs, linear_logprobs, sequence_logprobs
 from curriculum.engine.rl.loss import AGGREGATIONS, aggregate, policy_loss
+from curriculum.engine.rl.packed import packed_logprobs
 
 __all__ = [
     "AGGREGATIONS",
@@ -17,6 +18,7 @@ __all__ = [
     "compute_advantages",
     "full_logits_logprobs",
     "linear_logprobs",
+    "packed_logprobs",
     "policy_loss",
     "register_estimator",
     "sequence_logprobs",

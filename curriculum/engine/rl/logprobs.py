@@ -297,6 +297,21 @@ def _whole(weight) -> bool:
     return not (hasattr(weight, "ds_id") or weight.numel() == 0 or hasattr(weight, "_local_tensor"))
 
 
+def head_logprobs(h_mh, targets_m, head, scale: float, *, with_entropy: bool, chunk_size: int, vocab_chunk_size: int):
+    """``linear_logprobs`` of hidden states [M, H] through an ``_unwrap``ped head ``(weight, bias, lora_terms)``,
+    logits multiplied by ``scale`` (logit scale / temperature)."""
+    weight, bias, lora_terms = head
+    extra = []
+    for lora_a, lora_b_w, scaling, dropout in lora_terms:
+        x = h_mh.to(lora_a.weight.dtype)
+        extra.append((lora_a(dropout(x)) * (scaling * scale), lora_b_w))
+    if scale != 1.0:
+        h_mh = h_mh * scale
+        bias = bias * scale if bias is not None else None
+    return linear_logprobs(h_mh, weight, targets_m, bias_v=bias, extra_pairs=extra, with_entropy=with_entropy,
+                           chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size)
+
+
 def sequence_logprobs(
     model,
     input_ids: torch.Tensor,
@@ -349,21 +364,12 @@ def sequence_logprobs(
         zero = logp_bt.new_zeros(())
         return (torch.where(sel_bt, logp_bt, zero),
                 torch.where(sel_bt, ent_bt, zero) if ent_bt is not None else None)
-    _, decoder, (weight, bias, lora_terms), scale = parts
+    _, decoder, head, scale = parts
     out = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **model_kwargs)
     hidden_bth = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
     h_mh = hidden_bth[:, :-1][sel_bt]  # only the positions asked for: [M, H]
-    scale = scale / float(temperature)
-    extra = []
-    for lora_a, lora_b_w, scaling, dropout in lora_terms:
-        x = h_mh.to(lora_a.weight.dtype)
-        extra.append((lora_a(dropout(x)) * (scaling * scale), lora_b_w))
-    if scale != 1.0:
-        h_mh = h_mh * scale
-        bias = bias * scale if bias is not None else None
-    logp_m, ent_m = linear_logprobs(h_mh, weight, targets_bt[sel_bt], bias_v=bias, extra_pairs=extra,
-                                    with_entropy=with_entropy, chunk_size=chunk_size,
-                                    vocab_chunk_size=vocab_chunk_size)
+    logp_m, ent_m = head_logprobs(h_mh, targets_bt[sel_bt], head, scale / float(temperature),
+                                  with_entropy=with_entropy, chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size)
     logp_bt = logp_m.new_zeros(B, T - 1).index_put((sel_bt,), logp_m)
     ent_bt = ent_m.new_zeros(B, T - 1).index_put((sel_bt,), ent_m) if ent_m is not None else None
     return logp_bt, ent_bt
