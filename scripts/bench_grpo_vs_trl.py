@@ -35,7 +35,7 @@ ap.add_argument("--threads", type=int, default=1, help="torch / OpenMP threads")
 ap.add_argument("--lr", type=float, default=1e-6, help="AdamW learning rate of both (TRL's default)")
 ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--profile", action="store_true",
-                help="after the timed steps, profile 3 more steps of ours (torch.profiler, CPU) and print the split")
+                help="after the timed steps, profile 3 more steps of ours (torch.profiler, CPU): the top operators")
 args = ap.parse_args()
 
 # Before torch loads: a spinning OpenMP worker on a shared small VM stalls small ops.
@@ -97,14 +97,20 @@ class Ours:
         self.loss = LossConfig(estimator="grpo", clip_low=0.2, clip_high=0.2, clip_ratio_c=0.0, kl_coef=0.0,
                                aggregation="token-mean")
         self.steps = 0
+        self.split: list[tuple[float, float, float]] = []  # CPU s of generate, score + pack, update
 
     def step(self) -> int:
         g = args.group_size
         texts = [p for p in self.prompts for _ in range(g)]
+        c0 = time.process_time()
         comps = generate(self.role.model, self.tok, texts, max_new_tokens=args.max_new_tokens, temperature=1.0,
                          top_p=1.0, seed=args.seed * 100_003 + self.steps)
+        c1 = time.process_time()
         batch = pack(comps, [reward(c.text) for c in comps], [i // g for i in range(len(comps))], self.tok.pad_token_id)
+        c2 = time.process_time()
         grpo_update(self.role, batch, self.loss, grad_clip=1.0, backend="torch", seed=self.steps)
+        c3 = time.process_time()
+        self.split.append((c1 - c0, c2 - c1, c3 - c2))
         self.steps += 1
         return sum(len(c.completion_ids) for c in comps)
 
@@ -202,6 +208,10 @@ def main():
     print(f"ratio (TRL / ours): time per step {t['median_s'] / o['median_s']:.2f}x (median), "
           f"CPU per step {t['cpu_s'] / o['cpu_s']:.2f}x; completion tokens/s (ours / TRL) "
           f"{o['tok_per_s'] / t['tok_per_s']:.2f}x")
+    gen, score, update = (statistics.fmean(x) for x in zip(*ours.split[args.warmup:]))
+    total = gen + score + update
+    print(f"ours, CPU per step: generate {gen:.4f} s ({gen / total:.0%}), score + pack {score:.4f} s "
+          f"({score / total:.0%}), update (forward, backward, AdamW) {update:.4f} s ({update / total:.0%})")
     if args.profile:
         profile(ours.step)
 

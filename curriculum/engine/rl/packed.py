@@ -154,33 +154,30 @@ def packed_logprobs(
     for bucket in length_buckets([suffix[i] for i in rows], overhead):
         b_rows = [rows[k] for k in bucket]
         S = max(suffix[i] for i in b_rows)
-        s_ids = torch.zeros(len(b_rows), S, dtype=input_ids.dtype, device=device)
-        s_pos = torch.zeros(len(b_rows), S, dtype=torch.long, device=device)
-        mask = torch.zeros(len(b_rows), width + S, dtype=attention_mask.dtype, device=device)
-        for r, i in enumerate(b_rows):
-            c, n = cut[i], suffix[i]
-            s_ids[r, :n] = input_ids[i, c : c + n]
-            s_pos[r] = torch.arange(c, c + S, device=device)
-            mask[r, :c] = 1  # its prefix's keys (none for an unshared row)
-            mask[r, width : width + n] = 1
-        kwargs = {}
+        b_idx = torch.tensor(b_rows, device=device)[:, None]  # [b, 1]
+        c_b = torch.tensor([cut[i] for i in b_rows], device=device)[:, None]
+        real = torch.arange(S, device=device) < torch.tensor([suffix[i] for i in b_rows], device=device)[:, None]
+        t_idx = c_b + torch.arange(S, device=device)  # [b, S] positions in the row (and position ids)
+        s_ids = torch.where(real, input_ids[b_idx, t_idx.clamp(max=T - 1)], 0)
+        mask = real.to(attention_mask.dtype)
         if kv:
-            idx = torch.tensor([slot[key[i]] if cut[i] else 0 for i in b_rows], device=device)
-            kwargs = {cache_kw: DynamicCache(ddp_cache_data=[(k.index_select(0, idx), v.index_select(0, idx)) for k, v in kv], config=decoder.config),
-                      "use_cache": True}
+            slots = torch.tensor([slot[key[i]] if cut[i] else 0 for i in b_rows], device=device)
+            cache = DynamicCache(ddp_cache_data=[(k.index_select(0, slots), v.index_select(0, slots)) for k, v in kv],
+                                 config=decoder.config)
+            # the row's prefix keys (none for an unshared row: cut 0), then its own tokens
+            mask = torch.cat([(torch.arange(width, device=device) < c_b).to(mask.dtype), mask], 1)
+            kwargs = {cache_kw: cache, "use_cache": True}
         else:
             kwargs = {"use_cache": False}
-            mask = mask[:, width:]
-        out = decoder(input_ids=s_ids, attention_mask=mask, position_ids=s_pos, **kwargs)
+        out = decoder(input_ids=s_ids, attention_mask=mask, position_ids=t_idx, **kwargs)
         hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]  # [b, S, H]
-        b_idx = torch.tensor(b_rows, device=device)[:, None].expand(-1, S)
-        t_idx = s_pos.clamp(max=T - 2)
-        pick = sel_bt[b_idx, t_idx] & (torch.arange(S, device=device) < torch.tensor(
-            [suffix[i] for i in b_rows], device=device)[:, None])
+        t_idx = t_idx.clamp(max=T - 2)
+        pick = sel_bt[b_idx, t_idx] & real  # [b, S]: the asked positions
+        b_pick, t_pick = b_idx.expand(-1, S)[pick], t_idx[pick]
         hs.append(hidden[pick])
-        targets.append(input_ids[b_idx[pick], t_idx[pick] + 1])
-        where_b.append(b_idx[pick])
-        where_t.append(t_idx[pick])
+        targets.append(input_ids[b_pick, t_pick + 1])
+        where_b.append(b_pick)
+        where_t.append(t_pick)
 
     # 3. One pass of the head over every asked position.
     logp_m, ent_m = head_logprobs(torch.cat(hs), torch.cat(targets), head, scale, with_entropy=with_entropy,
