@@ -87,7 +87,7 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, te
         kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
         cache = prompt_cache(model, ids.to(device), attn.to(device)) if share_prompts else None
         if cache is not None:
-            kwargs[_cache_kwarg(model)] = cache
+            kwargs[_cache_kwarg(model)] = cache  # generate's keyword is the model forward's
         seqs = model.generate(
             input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new_tokens,
             eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=pad, **kwargs,
@@ -103,9 +103,9 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, te
     return out
 
 
-def _cache_kwarg(model) -> str:
-    """The name a model's forward gives its KV cache: ``cache`` (transformers >= 5.?) or ``past_key_values``."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+def _cache_kwarg(module) -> str:
+    """The name a model's forward gives its KV cache: ``cache`` (transformers 5.x) or ``past_key_values``."""
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
@@ -131,8 +131,11 @@ def prompt_cache(model, ids_bw: torch.Tensor, attn_bw: torch.Tensor):
 
     config = getattr(model, "config", None)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = base.get_decoder() if callable(getattr(base, "get_decoder", None)) else None
     plain_cache = getattr(base, "_supports_default_dynamic_cache", lambda: False)()
+    prompt_tuning = getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False)
     if (ids_bw.shape[1] < 2 or config is None or getattr(config, "is_encoder_decoder", False) or not plain_cache
+            or decoder is None or decoder is base or prompt_tuning
             or getattr(getattr(base, "generation_config", None), "cache_implementation", None) or _synced_ranks()):
         return None
     prefix_bw, mask_bw = ids_bw[:, :-1], attn_bw[:, :-1]
@@ -147,9 +150,9 @@ def prompt_cache(model, ids_bw: torch.Tensor, attn_bw: torch.Tensor):
     ids_uw, mask_uw = prefix_bw[rows], mask_bw[rows]
     position_uw = (mask_uw.long().cumsum(-1) - 1).masked_fill(mask_uw == 0, 0)  # as generate numbers them
     cache = DynamicCache(config=config)
-    extra = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(base.forward).parameters else {}
-    model(input_ids=ids_uw, attention_mask=mask_uw, position_ids=position_uw, use_cache=True,
-          **{_cache_kwarg(model): cache}, **extra)
+    # the decoder alone (LoRA layers included): only its keys and values are kept, no logits
+    decoder(input_ids=ids_uw, attention_mask=mask_uw, position_ids=position_uw, use_cache=True,
+            **{_cache_kwarg(decoder): cache})
     cache.batch_select_indices(torch.tensor(inverse, device=ids_bw.device))  # [U, ...] -> [B, ...]
     return cache
 

@@ -67,6 +67,23 @@ def test_packed_matches_padded_values_and_gradients(name):
         assert (g[k] - g_ref[k]).abs().max() <= 1e-6 * scale, k
 
 
+def test_packed_matches_padded_under_lora():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(small("llama").double(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "lm_head"],
+                                                                lora_dropout=0.0, init_lora_weights=False))
+    batch, mask = grpo_batch(seed=3)
+    lp, ent, g = grads_of(model, lambda: packed_logprobs(model, batch.input_ids, batch.attention_mask, mask,
+                                                         with_entropy=True, backend="torch"), mask)
+    lp_ref, ent_ref, g_ref = grads_of(model, lambda: sequence_logprobs(model, batch.input_ids, batch.attention_mask,
+                                                                       with_entropy=True, backend="torch"), mask)
+    asked = mask != 0
+    torch.testing.assert_close(lp[asked], lp_ref[asked], atol=1e-12, rtol=1e-12)
+    assert g.keys() == g_ref.keys() and any("lora_A" in k for k in g)
+    for k in g:
+        assert (g[k] - g_ref[k]).abs().max() <= 1e-6 * g_ref[k].abs().max(), k
+
+
 def test_packed_computes_each_shared_prompt_once_and_no_padding():
     model = small("llama").train()
     batch, mask = grpo_batch()

@@ -55,7 +55,10 @@ def test_nested_progress_bar_stays_out_of_non_tty_logs(capsys):
 
 def test_shared_prompt_prefill_samples_what_plain_generate_samples():
     """Prefilling each distinct prompt once draws nothing, so the seeded samples are plain generate's:
-    identical in float64 (sampled) and float32 (greedy), for the embedded Llama and a Qwen2 in chat style."""
+    identical in float64 (sampled) and float32 (greedy), for the embedded Llama (also under LoRA) and a
+    Qwen2 in chat style."""
+    from peft import LoraConfig, get_peft_model
+
     from tests.hf_models import qwen_model, qwen_tokenizer
 
     tok = build_tokenizer()
@@ -64,7 +67,9 @@ def test_shared_prompt_prefill_samples_what_plain_generate_samples():
     prompts = [p for p in ["Q:", "1+2=", "7-3+1=", "x"] for _ in range(4)] + ["lone"]
     qtok = qwen_tokenizer()
     qwen = qwen_model(qtok, layers=2)
-    for model, t, style in ((llama, tok, "plain"), (qwen, qtok, "chat")):
+    lora = get_peft_model(build_model(tok, 32, 1, 2, 64), LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
+                                                                   init_lora_weights=False))
+    for model, t, style in ((llama, tok, "plain"), (qwen, qtok, "chat"), (lora, tok, "plain")):
         for dtype, greedy in ((torch.float64, False), (torch.float32, True), (torch.float32, False)):
             model.to(dtype)
             shared = generate(model, t, prompts, max_new_tokens=10, seed=3, greedy=greedy, style=style)
@@ -98,11 +103,11 @@ def test_generation_stops_once_every_row_has_finished():
 
     def favour_eos(module, args, logits):  # every row samples eos at its second token
         steps.append(1)
-        if len(steps) >= 3:
+        if len(steps) >= 2:
             logits[..., eos] += 1e4
         return logits
 
     model.lm_head.register_forward_hook(favour_eos)
     out = generate(model, tok, ["Q:"] * 6, max_new_tokens=50, seed=0)
     assert all(c.finished and len(c.completion_ids) == 2 and c.completion_ids[-1] == eos for c in out)
-    assert len(steps) == 3  # the prompt prefill, then two sampling steps: none after every row ended
+    assert len(steps) == 2  # two sampling steps: none after every row ended
