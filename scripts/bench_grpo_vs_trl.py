@@ -175,7 +175,7 @@ def profile(fn, steps: int = 3):
     with tprofile(activities=[ProfilerActivity.CPU], record_shapes=False) as prof:
         for _ in range(steps):
             fn()
-    print(prof.key_averages().table(sort_by="cpu_time_total", row_limit=30))
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
 
 
 def main():

@@ -139,13 +139,14 @@ def prompt_cache(model, ids_bw: torch.Tensor, attn_bw: torch.Tensor):
             or getattr(getattr(base, "generation_config", None), "cache_implementation", None) or _synced_ranks()):
         return None
     prefix_bw, mask_bw = ids_bw[:, :-1], attn_bw[:, :-1]
+    keys = list(zip(map(tuple, prefix_bw.tolist()), map(tuple, mask_bw.tolist())))
     first: dict[tuple, int] = {}  # distinct (prefix, mask) -> the first row that has it
-    for i, key in enumerate(zip(map(tuple, prefix_bw.tolist()), map(tuple, mask_bw.tolist()))):
+    for i, key in enumerate(keys):
         first.setdefault(key, i)
-    if len(first) == len(ids_bw):
+    if len(first) == len(keys):
         return None
-    slot = {i: u for u, i in enumerate(first.values())}
-    inverse = [slot[first[key]] for key in zip(map(tuple, prefix_bw.tolist()), map(tuple, mask_bw.tolist()))]
+    slot = {key: u for u, key in enumerate(first)}
+    inverse = [slot[key] for key in keys]
     rows = torch.tensor(list(first.values()), device=ids_bw.device)
     ids_uw, mask_uw = prefix_bw[rows], mask_bw[rows]
     position_uw = (mask_uw.long().cumsum(-1) - 1).masked_fill(mask_uw == 0, 0)  # as generate numbers them
