@@ -234,6 +234,9 @@ class CurriculumConfig:
     max_age: int = 3
     # How the solver's batches are drawn from the pool: frontier or uniform.
     sampler: str = "frontier"
+    # selfplay: share of each solver batch replayed from the challenger's past tasks that left the pool
+    # (aged out or mastered), so training on the frontier alone does not forget what lies below it.
+    replay_fraction: float = 0.0
     # Highest level the generator arms (uniform, uniform_filtered, adaptive) draw; 0 = every level.
     max_level: int = 0
     # uniform_filtered: most batches of tasks drawn per solver step before training on what was kept.
@@ -686,6 +689,7 @@ RANGES: dict[str, Range] = {
     "curriculum.references": Range(0, 64),
     "curriculum.fill_proposals": Range(1, 1 << 20),
     "curriculum.fill_max_batches": Range(1, 1000),
+    "curriculum.replay_fraction": _FRACTION,
     "curriculum.band_low": _FRACTION,
     "curriculum.band_high": _FRACTION,
     "curriculum.pool_capacity": Range(1, 1 << 24),

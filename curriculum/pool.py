@@ -90,13 +90,25 @@ def _frontier(entries: Sequence[PoolEntry]) -> list[float]:
 
 
 class TaskPool:
-    """Deduplicated by task text; holds at most ``capacity`` entries, oldest leave first."""
+    """Deduplicated by task text; holds at most ``capacity`` entries, oldest leave first.
+
+    Tasks that leave (aged out, mastered or evicted) are kept in ``retired``, at most
+    ``capacity`` of them, newest last: the challenger's own past tasks, for replay.
+    """
 
     def __init__(self, capacity: int, max_age: int, sampler: str = "frontier"):
         self.capacity = capacity
         self.max_age = max_age
         self.sampler = sampler
         self.entries: dict[str, PoolEntry] = {}
+        self.retired: dict[str, PoolEntry] = {}
+
+    def _retire(self, text: str) -> None:
+        entry = self.entries.pop(text)
+        self.retired.pop(text, None)
+        self.retired[text] = entry
+        while len(self.retired) > self.capacity:
+            self.retired.pop(next(iter(self.retired)))
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -109,15 +121,16 @@ class TaskPool:
             self.entries[entry.task.text] = old
             return False
         self.entries[entry.task.text] = entry
+        self.retired.pop(entry.task.text, None)  # back on the frontier
         while len(self.entries) > self.capacity:
-            self.entries.pop(next(iter(self.entries)))
+            self._retire(next(iter(self.entries)))
         return True
 
     def age_out(self, current_round: int) -> int:
         """Drop tasks older than ``max_age`` rounds; returns how many left."""
         stale = [k for k, e in self.entries.items() if current_round - e.round_added >= self.max_age]
         for k in stale:
-            del self.entries[k]
+            self._retire(k)
         return len(stale)
 
     def update_solve_rate(self, text: str, rate: float, *, drop_solved: bool = True) -> None:
@@ -127,7 +140,7 @@ class TaskPool:
             return
         entry.solve_rate = rate
         if drop_solved and rate >= 1.0:
-            del self.entries[text]
+            self._retire(text)
 
     def sample(self, n: int, rng: random.Random) -> list[PoolEntry]:
         """``n`` distinct entries drawn with the configured sampler; the whole pool if it holds fewer.
@@ -146,14 +159,23 @@ class TaskPool:
             e.uses += 1
         return picked
 
+    def replay(self, n: int, rng: random.Random) -> list[PoolEntry]:
+        """Up to ``n`` distinct retired tasks, uniformly (every one if fewer)."""
+        retired = list(self.retired.values())
+        return retired if len(retired) <= n else rng.sample(retired, n)
+
     def state_dict(self) -> dict:
-        return {"entries": [e.to_dict() for e in self.entries.values()]}
+        return {"entries": [e.to_dict() for e in self.entries.values()],
+                "retired": [e.to_dict() for e in self.retired.values()]}
 
     def load_state_dict(self, state: dict) -> None:
-        self.entries = {}
+        self.entries, self.retired = {}, {}
         for d in state["entries"]:
             e = PoolEntry.from_dict(d)
             self.entries[e.task.text] = e
+        for d in state.get("retired", []):  # checkpoints from before replay have none
+            e = PoolEntry.from_dict(d)
+            self.retired[e.task.text] = e
 
 
 def _weighted_without_replacement(items: list, weights: list[float], k: int, rng: random.Random) -> list:

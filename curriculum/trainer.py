@@ -69,6 +69,7 @@ class SelfPlayTrainer:
         self.lock = self._claim_run_dir(resume)
         self.progress = cfg.log.progress and self.dist.is_main
         self._starved_round = -1  # the last round that warned of a pool too small for a solver batch
+        self._replayed = 0  # retired tasks in the last self-play solver batch
         self.env = make_env(cfg.env.name, **cfg.env.kwargs)
         self.challenger = Challenger(self.env, frontier=cfg.reward.frontier, repetition_coef=cfg.reward.repetition_coef,
                                      repetition_threshold=cfg.reward.repetition_threshold, invalid_reward=cfg.reward.invalid)
@@ -357,6 +358,8 @@ class SelfPlayTrainer:
         stats["solver/solved_none_fraction"] = float(np.mean([x == 0.0 for x in rates]))
         stats["solver/no_signal_fraction"] = float(np.mean([not has_signal(a) for a in drawn]))
         stats["solver/groups_drawn"] = len(drawn)
+        if self.cfg.curriculum.mode == "selfplay":
+            stats["solver/replayed_tasks"] = self._replayed
         stats["solver/distinct_tasks"] = distinct = len({t.text for t in tasks})
         n = self.cfg.solver.batch_prompts
         if distinct < n and self.cfg.curriculum.mode == "selfplay" and self._starved_round != r:
@@ -383,7 +386,7 @@ class SelfPlayTrainer:
         kept: list[tuple[Task, list[Attempt]]] = []
         drawn: list[list[Attempt]] = []
         for d in range(draws):
-            tasks = [e.task for e in self.pool.sample(n, rng)] if mode == "selfplay" else self.levels.draw(n, rng, self.held_out)
+            tasks = self.pool_batch(n, rng) if mode == "selfplay" else self.levels.draw(n, rng, self.held_out)
             if not tasks:
                 break
             attempts = self.rollouts.attempt(tasks, g, (r, "solver", step) + ((d,) if d else ()), desc=f"solve r{r}")
@@ -394,6 +397,13 @@ class SelfPlayTrainer:
                 break
         kept = kept[:n]
         return [t for t, _ in kept], [a for _, group in kept for a in group], drawn
+
+    def pool_batch(self, n: int, rng: random.Random) -> list[Task]:
+        """Self-play's tasks for one solver step: ``curriculum.replay_fraction`` of ``n`` replayed from
+        retired tasks (as many as there are), the rest from the pool; no task twice."""
+        replayed = self.pool.replay(round(self.cfg.curriculum.replay_fraction * n), rng)
+        self._replayed = len(replayed)
+        return [e.task for e in self.pool.sample(n - len(replayed), rng)] + [e.task for e in replayed]
 
     def evaluate(self, r: int) -> dict[str, float]:
         """Held-out benchmark: greedy accuracy and/or mean@k, overall and per level; the frontier level.

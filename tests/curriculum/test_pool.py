@@ -56,3 +56,23 @@ def test_nonsense_pool_values_are_refused_on_load():
                 {**good, "task": {**good["task"], "level": 0}}, {**good, "task": {**good["task"], "text": ""}}):
         with pytest.raises(ValueError, match="out of range"):
             TaskPool(10, 5).load_state_dict({"entries": [bad]})
+
+
+def test_tasks_that_leave_are_retired_for_replay_and_saved():
+    pool = TaskPool(3, max_age=2, sampler="uniform")
+    for text in "abcd":  # capacity 3: "a" is evicted
+        pool.add(entry(text, 0.5))
+    pool.update_solve_rate("b", 1.0)  # mastered
+    assert list(pool.retired) == ["a", "b"] and set(pool.entries) == {"c", "d"}
+    pool.add(entry("a", 0.4))  # proposed again: back on the frontier, no longer retired
+    assert list(pool.retired) == ["b"] and "a" in pool.entries
+    replayed = pool.replay(5, random.Random(0))
+    assert [e.task.text for e in replayed] == ["b"]
+    clone = TaskPool(3, 2)
+    clone.load_state_dict(pool.state_dict())
+    assert clone.state_dict() == pool.state_dict() and list(clone.retired) == ["b"]
+    clone.load_state_dict({"entries": []})  # a checkpoint from before replay
+    assert clone.retired == {}
+    for text in "wxyz":
+        pool.retired[text] = entry(text, 0.5)
+    assert len({e.task.text for e in pool.replay(3, random.Random(1))}) == 3

@@ -1,0 +1,30 @@
+"""Self-play's solver batch with replay: a share of past tasks that left the pool, never a task twice."""
+import random
+
+from curriculum.config import load_config
+from curriculum.pool import PoolEntry
+from curriculum.trainer import SelfPlayTrainer
+
+
+def test_solver_batch_replays_retired_tasks(tiny_overrides):
+    cfg = load_config("configs/demo_cpu.yaml", [*tiny_overrides, "solver.batch_prompts=4",
+                                                "curriculum.replay_fraction=0.5"])
+    trainer = SelfPlayTrainer(cfg)
+    try:
+        rng = random.Random(0)
+        for i in range(6):  # "1+i" questions, three of them retired
+            task = trainer.env.parse_proposal(f"1+{i}")
+            trainer.pool.add(PoolEntry(task, 0.5, 1, task.text))
+        for text in ("1+0", "1+1", "1+2"):
+            trainer.pool.update_solve_rate(text, 1.0)
+        tasks = trainer.pool_batch(4, rng)
+        texts = [t.text for t in tasks]
+        assert len(set(texts)) == 4 and trainer._replayed == 2  # half of 4, from the retired three
+        assert sum(t in trainer.pool.retired for t in texts) == 2
+        assert sum(t in trainer.pool.entries for t in texts) == 2
+        tasks, attempts, _ = trainer.solver_batch(1, 0)
+        assert len(tasks) == 4 and len(attempts) == 4 * cfg.solver.group_size
+        trainer.pool.retired.clear()  # nothing to replay: the pool alone
+        assert sorted(t.text for t in trainer.pool_batch(4, rng)) == ["1+3", "1+4", "1+5"]
+    finally:
+        trainer.close()
