@@ -514,11 +514,8 @@ class Sandbox:
         missing = sorted(k for k, v in self._isolation.items() if not v)
         if not missing:
             return
-        msg = ("solver.sandbox: isolation layers NOT in force on this host: %s."
-               " Untrusted code is less contained than documented; %s"
-               % (", ".join(missing), _host.BWRAP_INSTALL_HINT))
-        if self._host.bwrap_error:
-            msg += " (bwrap failed: %s)" % self._host.bwrap_error
+        msg = missing_message(missing, self._host, self._bwrap,
+                              bool(self._cfg["seccomp_hex"]))
         if strict:
             self.close()
             raise IsolationUnavailable(msg)
@@ -526,6 +523,54 @@ class Sandbox:
             _warned.add(msg)
             log.warning(msg)
             warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+# Layers that only the seccomp filters provide (sysv_ipc too, unless the
+# zygote may create a fresh IPC namespace per snippet instead).
+_SECCOMP_LAYERS = {"seccomp", "user_namespaces_blocked", "fd_memory_bounded",
+                   "sysv_ipc"}
+
+
+def missing_message(missing: list[str], host: _host.HostInfo, bwrap_used: bool,
+                    seccomp_built: bool) -> str:
+    """The warning for ``missing`` layers, naming what causes each of them.
+
+    Only a missing bubblewrap is fixed by installing bubblewrap; a filter
+    missing for this architecture or a process limit the kernel cannot
+    scope need other remedies, so the message says which applies.
+    """
+    causes, left = [], set(missing)
+    if not seccomp_built and left & _SECCOMP_LAYERS:
+        causes.append(
+            "%s: no seccomp filter for this architecture (%s; filters exist for "
+            "%s), so snippets may call what the filters refuse elsewhere "
+            "(user namespaces, bpf, io_uring, memfd, IP sockets, ...)" % (
+                ", ".join(sorted(left & _SECCOMP_LAYERS)), host.machine,
+                ", ".join(sorted(_seccomp.ARCHES))))
+        left -= _SECCOMP_LAYERS
+    if "rlimit_processes" in left and not host.root:
+        causes.append(
+            "rlimit_processes: not set, as it would count the non-root trainer's"
+            " own processes; it needs root, or bubblewrap on a kernel >= 5.14 "
+            "(which counts per user namespace; this one is %d.%d)" % host.kernel)
+        left.discard("rlimit_processes")
+    if not bwrap_used:
+        if host.bwrap:
+            why = "bubblewrap works here but use_bwrap=False was passed"
+        else:
+            why = _host.BWRAP_INSTALL_HINT
+            if host.bwrap_error:
+                why += " (bwrap failed: %s)" % host.bwrap_error
+        causes.append("%s: the fallback without bubblewrap; %s" % (
+            ", ".join(sorted(left)), why))
+    elif left:
+        causes.append(
+            "%s: missing although bubblewrap and the filters are in use, which "
+            "nothing in this host's configuration explains; isolation() and "
+            "docs/sandbox.md describe each layer" % ", ".join(sorted(left)))
+    return ("solver.sandbox: isolation layers NOT in force on this host: %s. "
+            "Untrusted code is less contained than documented. %s."
+            % (", ".join(missing), ". ".join(causes)))
 
 
 class _Dispatch:

@@ -71,7 +71,7 @@ _AARCH64 = dict(zip(_DENIED, (
     memfd_create=279, memfd_secret=447, vmsplice=75, setns=268, mount=40,
     umount2=39, socket=198, setsockopt=208, fcntl=25)
 
-_ARCHES = {
+ARCHES = {
     "x86_64": (0xC000003E, _X86_64),
     "amd64": (0xC000003E, _X86_64),
     "aarch64": (0xC00000B7, _AARCH64),
@@ -109,7 +109,7 @@ def build_filter(machine: str | None = None) -> bytes | None:
     None means the architecture is not supported and no filter is applied;
     the sandbox then reports the seccomp layer as missing.
     """
-    arch = _ARCHES.get((machine or platform.machine()).lower())
+    arch = ARCHES.get((machine or platform.machine()).lower())
     if arch is None:
         return None
     audit_arch, numbers = arch
@@ -149,7 +149,7 @@ def build_snippet_filter(machine: str | None = None) -> bytes | None:
     It runs after :func:`build_filter`'s, which has already killed foreign
     ABIs; it checks the architecture again only to read the right numbers.
     """
-    arch = _ARCHES.get((machine or platform.machine()).lower())
+    arch = ARCHES.get((machine or platform.machine()).lower())
     if arch is None:
         return None
     audit_arch, numbers = arch
