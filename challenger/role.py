@@ -8,6 +8,7 @@ proposals that answered the same prompt.
 """
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
@@ -19,7 +20,8 @@ from challenger.rewards import challenger_rewards, repetition_penalty
 
 
 class ChallengerEnv(Protocol):
-    """What the challenger needs of an environment."""
+    """What the challenger needs of an environment. One with several task types (``task_types``) takes
+    the type as a keyword: ``challenger_prompt(kind=...)``, ``parse_proposal(text, kind=...)``."""
 
     def challenger_prompt(self) -> str | list[dict]: ...
 
@@ -31,12 +33,14 @@ class ChallengerEnv(Protocol):
 @dataclass
 class Proposal:
     """One sampled proposal: its completion, what parsing made of it and, once probed, its solve rate
-    and the answer it was graded against (its reference answer, or the solver's majority label)."""
+    and the answer it was graded against (its reference answer, or the solver's majority label);
+    ``kind``: the task type its prompt asked for ("" in an environment without types)."""
 
     completion: Any
     parsed: Parsed
     solve_rate: float | None = None
     label: str | None = None
+    kind: str = ""
 
     @property
     def valid(self) -> bool:
@@ -76,18 +80,22 @@ class Challenger:
         self.repetition_threshold = repetition_threshold
         self.invalid_reward = invalid_reward
 
-    def prompt(self, references: Sequence[Any] = ()) -> str | list[dict]:
+    def prompt(self, references: Sequence[Any] = (), kind: str = "") -> str | list[dict]:
         """The prompt of one group, conditioned on reference tasks (none: the environment's own prompt):
-        text few-shot (``proposal_prompt``) or chat messages (``proposal_messages``), as the environment writes it."""
-        base, refs = self.env.challenger_prompt(), [self.env.format_proposal(t) for t in references]
+        text few-shot (``proposal_prompt``) or chat messages (``proposal_messages``), as the environment writes it;
+        ``kind`` asks a typed environment for a task of that type."""
+        base, refs = self.env.challenger_prompt(**_typed(kind)), [self.env.format_proposal(t) for t in references]
         return proposal_prompt(base, refs) if isinstance(base, str) else proposal_messages(base, refs)
 
-    def propose(self, prompts: Sequence[Any], sample: Callable[[list[str]], list]) -> list[Proposal]:
-        """One proposal per prompt; a truncated or unparsable one is a rejection, never an exception."""
+    def propose(self, prompts: Sequence[Any], sample: Callable[[list[str]], list],
+                kinds: Sequence[str] | None = None) -> list[Proposal]:
+        """One proposal per prompt (of the type ``kinds[i]`` asked for); a truncated or unparsable one is a
+        rejection, never an exception."""
         completions = sample(list(prompts))
-        parsed = parse_proposals([c.text for c in completions], self.env.parse_proposal,
-                                 finished=[c.finished for c in completions])
-        return [Proposal(c, p) for c, p in zip(completions, parsed)]
+        kinds = list(kinds) if kinds is not None else [""] * len(completions)
+        parsed = [parse_proposals([c.text], functools.partial(self.env.parse_proposal, **_typed(k)),
+                                  finished=[c.finished])[0] for c, k in zip(completions, kinds)]
+        return [Proposal(c, p, kind=k) for c, p, k in zip(completions, parsed, kinds)]
 
     def rewards(self, proposals: Sequence[Proposal]) -> tuple[torch.Tensor, dict[str, float]]:
         """gate x (frontier(p) - coef x repetition); ``proposals`` must be probed. Returns (reward_b, stats)."""
@@ -101,8 +109,13 @@ class Challenger:
         return reward_b, stats
 
 
+def _typed(kind: str) -> dict:
+    return {"kind": kind} if kind else {}
+
+
 def proposal_stats(proposals: Sequence[Proposal]) -> dict[str, float]:
-    """Distinct texts, mean level and solve rate of the valid ones, and the share of each rejection reason."""
+    """Distinct texts, mean level and solve rate of the valid ones, the share of each rejection reason, and
+    per task type (where the prompts asked for types) the valid fraction and the valid ones' solve rate."""
     n = max(1, len(proposals))
     valid = [p for p in proposals if p.valid]
     rates = [p.solve_rate for p in valid if p.solve_rate is not None]
@@ -113,4 +126,17 @@ def proposal_stats(proposals: Sequence[Proposal]) -> dict[str, float]:
         "solve_rate_mean": sum(rates) / len(rates) if rates else 0.0,
     }
     stats.update({f"rejected/{k}": v / n for k, v in sorted(reasons.items())})
+    stats.update(per_type_stats(proposals))
+    return stats
+
+
+def per_type_stats(proposals: Sequence[Proposal]) -> dict[str, float]:
+    """``valid_fraction/type_K`` and ``solve_rate/type_K`` (mean over the probed valid ones) per task type K."""
+    stats: dict[str, float] = {}
+    for kind in sorted({p.kind for p in proposals if p.kind}):
+        mine = [p for p in proposals if p.kind == kind]
+        rates = [p.solve_rate for p in mine if p.valid and p.solve_rate is not None]
+        stats[f"valid_fraction/type_{kind}"] = sum(p.valid for p in mine) / len(mine)
+        if rates:
+            stats[f"solve_rate/type_{kind}"] = sum(rates) / len(rates)
     return stats

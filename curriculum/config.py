@@ -159,6 +159,9 @@ class OptimConfig:
 class LossConfig:
     # Advantage estimator: grpo, dr_grpo, rloo or reinforce_pp.
     estimator: str = "grpo"
+    # Baselines per task type instead of per GRPO group: the estimator's groups are the batch's task types
+    # (Absolute Zero's task-relative REINFORCE++ with estimator=grpo); a batch without types is one group.
+    task_relative: bool = False
     # Lower clip range of the ratio (1 - clip_low).
     clip_low: float = 0.2
     # Upper clip range (1 + clip_high); > clip_low is DAPO's clip-higher.

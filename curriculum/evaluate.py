@@ -51,13 +51,18 @@ def passes(eval_cfg) -> list[tuple[str, int, float]]:
 
 
 def accuracy_report(tasks: list[Task], scores: list[list[float]], prefix: str = "eval/accuracy") -> dict[str, float]:
-    """``prefix`` over every score, and ``prefix/tier_L`` per level."""
+    """``prefix`` over every score, ``prefix/tier_L`` per level and, for typed tasks, ``prefix/type_K`` per type."""
     correct: dict[int, list[float]] = {}
+    by_kind: dict[str, list[float]] = {}
     for t, s in zip(tasks, scores):
         correct.setdefault(t.level, []).extend(s)
+        if t.kind:
+            by_kind.setdefault(t.kind, []).extend(s)
     out = {prefix: float(np.mean([s for v in correct.values() for s in v]))}
     for level in sorted(correct):
         out[f"{prefix}/tier_{level}"] = float(np.mean(correct[level]))
+    for kind in sorted(by_kind):
+        out[f"{prefix}/type_{kind}"] = float(np.mean(by_kind[kind]))
     return out
 
 

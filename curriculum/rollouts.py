@@ -40,13 +40,16 @@ class Rollouts:
         self.progress = progress
         self.tokens = {r: 0 for r in ROLES}  # generated tokens per role, cumulative
 
-    def propose(self, prompts: list[str], parts: tuple, desc: str) -> list[Proposal]:
-        """One proposal per prompt (G repeats of a prompt form a group), parsed by the environment."""
+    def propose(self, prompts: list[str], parts: tuple, desc: str, kinds: list[str] | None = None) -> list[Proposal]:
+        """One proposal per prompt (G repeats of a prompt form a group), parsed by the environment as a task of
+        type ``kinds[i]`` (typed environments)."""
 
-        def work(items: list[str], seed: int) -> list[Proposal]:
-            return self.challenger.propose(items, self.sampler("challenger", seed, desc))
+        def work(items: list[tuple], seed: int) -> list[Proposal]:
+            return self.challenger.propose([p for p, _ in items], self.sampler("challenger", seed, desc),
+                                           kinds=[k for _, k in items])
 
-        proposals = self.sharded(prompts, self.cfg.challenger.group_size, work, parts)
+        items = list(zip(prompts, kinds or [""] * len(prompts)))
+        proposals = self.sharded(items, self.cfg.challenger.group_size, work, parts)
         self._count("challenger", [p.completion for p in proposals])
         return proposals
 

@@ -23,7 +23,7 @@ import torch
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from challenger.role import Challenger, Proposal
+from challenger.role import Challenger, Proposal, per_type_stats
 from curriculum import dashboard, runstate
 from curriculum.checkpoint import atomic_write, read_state
 from curriculum.config import Config, to_yaml
@@ -32,7 +32,8 @@ from curriculum.engine.grpo import grpo_update
 from curriculum.engine.policy import ROLES, build_roles, load_base, resolve_device
 from curriculum.engine.prompts import render_prompt, resolve_style
 from curriculum.engine.rollout import pack
-from curriculum.envs import Task, benchmark, make_env
+from curriculum.engine.rl import group_ids_for
+from curriculum.envs import Task, benchmark, make_env, task_types, typed
 from curriculum.errors import ConfigError
 from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores
 from curriculum.monitor import Monitor, NullMonitor
@@ -71,6 +72,8 @@ class SelfPlayTrainer:
         self._starved_round = -1  # the last round that warned of a pool too small for a solver batch
         self._replayed = 0  # retired tasks in the last self-play solver batch
         self.env = make_env(cfg.env.name, **cfg.env.kwargs)
+        self.task_types = task_types(self.env)  # () for an environment with one kind of task
+        self._env_counts: dict[str, float] = {}  # the environment's counters at the last round's end
         self.challenger = Challenger(self.env, frontier=cfg.reward.frontier, repetition_coef=cfg.reward.repetition_coef,
                                      repetition_threshold=cfg.reward.repetition_threshold, invalid_reward=cfg.reward.invalid)
         self.solver = Solver(self.env)
@@ -135,6 +138,7 @@ class SelfPlayTrainer:
             try:
                 if self.last_checkpoint is None:  # a fresh run: score the starting solver first
                     self.evaluate(0)
+                    self.env_stats()  # counters from here on: round 1's
                     if self.dist.is_main:
                         log.info(self.monitor.summary(0, self.cfg.train.rounds))
                     self.save_checkpoint()
@@ -185,7 +189,8 @@ class SelfPlayTrainer:
                     return False
         self.write_task_log(r)
         self.evaluate(r)
-        self.monitor.log({"time/round_s": time.time() - t0, **self.rollouts.token_stats()}, round=r, phase="round")
+        self.monitor.log({"time/round_s": time.time() - t0, **self.rollouts.token_stats(), **self.env_stats()},
+                         round=r, phase="round")
         if self.dist.is_main:
             log.info(self.monitor.summary(r, self.cfg.train.rounds))
         self.stage = 0
@@ -213,16 +218,27 @@ class SelfPlayTrainer:
         """
         g = self.cfg.challenger.group_size
         rng = random.Random(derive_seed(self.cfg.run.seed, r, phase, step, "references"))
-        prompts = [self.challenger.prompt(self._references(rng)) for _ in range(0, n, g)]
-        return self.rollouts.propose([prompts[i // g] for i in range(n)], (r, phase, step), f"propose r{r}")
+        kinds = self._group_kinds(len(range(0, n, g)), rng)
+        prompts = [self.challenger.prompt(self._references(rng, kind), kind=kind) for kind in kinds]
+        return self.rollouts.propose([prompts[i // g] for i in range(n)], (r, phase, step), f"propose r{r}",
+                                     kinds=[kinds[i // g] for i in range(n)])
 
-    def _references(self, rng: random.Random) -> list[Task]:
-        """Reference tasks for one prompt: from the pool, or level-1 generator tasks while it is empty."""
+    def _group_kinds(self, groups: int, rng: random.Random) -> list[str]:
+        """The task type each group's prompt asks for: the environment's types in turn from a random one
+        (Absolute Zero proposes every type each step); "" for an environment without types."""
+        if not self.task_types:
+            return [""] * groups
+        first = rng.randrange(len(self.task_types))
+        return [self.task_types[(first + i) % len(self.task_types)] for i in range(groups)]
+
+    def _references(self, rng: random.Random, kind: str = "") -> list[Task]:
+        """Reference tasks of type ``kind`` for one prompt: from the pool, or level-1 generator tasks while it
+        has none."""
         k = self.cfg.curriculum.references
-        entries = list(self.pool.entries.values())
+        entries = [e for e in self.pool.entries.values() if e.task.kind == kind]
         if entries:
             return [e.task for e in rng.sample(entries, min(k, len(entries)))]
-        return [self.env.sample_task(1, rng) for _ in range(k)]
+        return [self.env.sample_task(1, rng, **typed(kind)) for _ in range(k)]
 
     def probe(self, proposals: list[Proposal], r: int, phase: str, step: int) -> dict[str, float]:
         """Probing: the frozen solver answers each distinct valid task m times; p = mean score.
@@ -281,9 +297,8 @@ class SelfPlayTrainer:
     def update_challenger(self, r: int, step: int, proposals: list[Proposal], checks: dict[str, float]) -> None:
         """Reward = gate x (frontier(p) - lambda x repetition); one GRPO step on the challenger."""
         reward_b, stats = self.challenger.rewards(proposals)
-        g = self.cfg.challenger.group_size
-        rollout = pack([p.completion for p in proposals], reward_b.tolist(), [i // g for i in range(len(proposals))],
-                       self.tokenizer.pad_token_id)
+        rollout = pack([p.completion for p in proposals], reward_b.tolist(),
+                       self._group_ids("challenger", [p.kind for p in proposals]), self.tokenizer.pad_token_id)
         out = self._update("challenger", rollout, r, step)
         out.update({f"challenger/{k}": v for k, v in stats.items()})
         out.update(checks)
@@ -323,6 +338,10 @@ class SelfPlayTrainer:
         stats.update(quantiles([1 - p.solve_rate for p in added], "curriculum/accepted_difficulty"))
         stats.update(quantiles([e.difficulty for e in self.pool.entries.values()], "curriculum/pool_difficulty"))
         stats.update(quantiles([float(e.task.level) for e in self.pool.entries.values()], "curriculum/pool_level"))
+        stats.update({f"curriculum/{k}": v for k, v in per_type_stats(proposals).items()})
+        for kind in self.task_types:
+            stats[f"curriculum/accepted/type_{kind}"] = sum(p.kind == kind for p in added)
+            stats[f"curriculum/pool_size/type_{kind}"] = sum(e.task.kind == kind for e in self.pool.entries.values())
         stats.update(checks)
         stats.update(self.rollouts.token_stats())
         self.monitor.log(stats, round=r, phase="fill_pool")
@@ -350,9 +369,13 @@ class SelfPlayTrainer:
                 self.pool.update_solve_rate(t.text, rate)
         else:
             self.levels.observe(tasks, rates)
-        rollout = pack([a.completion for a in attempts], scores, [i // g for i in range(len(attempts))],
+        rollout = pack([a.completion for a in attempts], scores, self._group_ids("solver", [a.task.kind for a in attempts]),
                        self.tokenizer.pad_token_id)
         stats = self._update("solver", rollout, r, step)
+        for kind in self.task_types:
+            mine = [rate for t, rate in zip(tasks, rates) if t.kind == kind]
+            if mine:
+                stats[f"solver/solve_rate/type_{kind}"] = float(np.mean(mine))
         stats["solver/task_level_mean"] = float(np.mean([t.level for t in tasks]))
         stats["solver/solved_all_fraction"] = float(np.mean([x == 1.0 for x in rates]))
         stats["solver/solved_none_fraction"] = float(np.mean([x == 0.0 for x in rates]))
@@ -431,7 +454,25 @@ class SelfPlayTrainer:
         self.monitor.log(results, round=r, phase="eval")
         return results
 
+    def env_stats(self) -> dict[str, float]:
+        """How much the environment's counters (``env.stats()``: sandbox executions, ...) grew since the last
+        call, summed over the ranks. Results an environment caches are not run again, so a resumed run may
+        count more than an uninterrupted one."""
+        now = self.env.stats() if hasattr(self.env, "stats") else {}
+        if self.dist.world > 1:
+            parts = self.dist.all_gather_object(now)
+            now = {k: sum(p.get(k, 0) for p in parts) for k in now}
+        delta = {k: v - self._env_counts.get(k, 0) for k, v in now.items()}
+        self._env_counts = now
+        return delta
+
     # ---------------------------------------------------------------- updates
+
+    def _group_ids(self, name: str, kinds: list[str]) -> list[int]:
+        """GRPO group ids of role ``name``'s batch (``group_size`` consecutive samples), or its task types
+        with ``loss.task_relative`` (Absolute Zero's per-(task type, role) baselines)."""
+        rc = getattr(self.cfg, name)
+        return group_ids_for(kinds, rc.group_size, rc.loss.task_relative)
 
     def _update(self, name: str, rollout, r: int, step: int) -> dict[str, float]:
         rc = getattr(self.cfg, name)

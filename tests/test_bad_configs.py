@@ -125,6 +125,11 @@ OVERRIDES = [
     ("code-timeout-nan", ["env.name=code_output", "env.kwargs={timeout_s: .nan}"], "0 < timeout_s <= 60 (got nan)"),
     ("code-memory", ["env.name=code_output", "env.kwargs={memory_mb: 8}"], "32 <= memory_mb"),
     ("code-levels", ["env.name=code_output", "env.kwargs={num_levels: 100}"], "1 <= num_levels <= 16 (got 100)"),
+    ("triplets-types", ["env.name=code_triplets", "env.kwargs={task_types: [deduction, translation]}"],
+     "code_triplets needs task_types: distinct names of ['deduction', 'abduction', 'induction']"),
+    ("triplets-restrict", ["env.name=code_triplets", "env.kwargs={restrict: 'no'}"], "restrict: true or false (got 'no')"),
+    ("triplets-tiny-programs", ["env.name=code_triplets", "env.kwargs={num_levels: 8, max_chars: 60}"],
+     "could not generate a level-"),
     # paths
     ("run-dir-empty", ["run.dir="], "run.dir is empty"),
     ("run-dir-blank", ["run.dir=' '"], "run.dir is empty"),

@@ -28,6 +28,6 @@ def test_ci_runs_the_readme_test_command():
 
 def test_metric_names_in_readme_exist_in_code():
     code = "\n".join(p.read_text() for pkg in ("curriculum", "challenger", "solver") for p in (ROOT / pkg).rglob("*.py"))
-    for name in re.findall(r"^\| `((?:challenger|solver|curriculum|eval|time)/[a-z_/{}0-9]+)` \|", README, flags=re.M):
+    for name in re.findall(r"^\| `((?:challenger|solver|curriculum|eval|time|sandbox)/[a-z_/{}0-9]+)` \|", README, flags=re.M):
         stem = name.split("/")[-1].split("{")[0].rstrip("_")
         assert stem in code, name

@@ -72,7 +72,8 @@ def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, excl
     reference tasks lie at levels L-1..L+1: the challenger learns to propose near the
     level of its references, the handle that reference tasks from the pool then pull.
     Solver examples of level L come with weight ``level_decay ** (L - 1)``: below 1, the
-    top level is seen less, so it is learned only in part.
+    top level is seen less, so it is learned only in part. A typed environment's proposals
+    follow the prompt of their task's type, with references of that type.
     """
     levels = list(range(1, solver_max_level + 1))
     weights = [level_decay ** (k - 1) for k in levels]
@@ -81,10 +82,11 @@ def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, excl
         if rng.random() < challenger_fraction:
             level = rng.randint(1, env.num_levels)
             task = env.sample_task(level, rng)
-            prompt = env.challenger_prompt()
+            typed = {"kind": task.kind} if getattr(task, "kind", "") else {}  # a typed environment's prompt per type
+            prompt = env.challenger_prompt(**typed)
             if references:
                 near = [min(env.num_levels, max(1, level + rng.randint(-1, 1))) for _ in range(references)]
-                prompt = challenger_prompt([env.sample_task(k, rng) for k in near])
+                prompt = challenger_prompt([env.sample_task(k, rng, **typed) for k in near], **typed)
             out.append((prompt, env.format_proposal(task)))
         else:
             level = rng.randint(1, solver_max_level) if level_decay == 1.0 else rng.choices(levels, weights)[0]

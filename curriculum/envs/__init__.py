@@ -1,8 +1,8 @@
 """Environments: task families chosen by name (``env.name``); the built-in ones register on import."""
 from __future__ import annotations
 
-from curriculum.envs import arithmetic, code_output, ladder, math  # noqa: F401  (register themselves)
-from curriculum.envs.base import Environment, InvalidProposal, Task
+from curriculum.envs import arithmetic, code_output, code_triplets, ladder, math  # noqa: F401  (register themselves)
+from curriculum.envs.base import Environment, InvalidProposal, Task, task_types, typed
 from curriculum.envs.registry import ENVIRONMENTS, benchmark, make_env, register_env
 
-__all__ = ["ENVIRONMENTS", "Environment", "InvalidProposal", "Task", "benchmark", "make_env", "register_env"]
+__all__ = ["ENVIRONMENTS", "Environment", "InvalidProposal", "Task", "benchmark", "make_env", "register_env", "task_types", "typed"]

@@ -16,18 +16,21 @@ class Task:
         the environment provides ``extract_answer`` and ``same_answer``), and a task admitted
         to the pool carries that majority as its answer (a pseudo-label).
     level: the environment's own difficulty level, 1 (easiest) .. num_levels.
+    kind: the task type in an environment with several (``code_triplets``: deduction, abduction,
+        induction); "" in one without.
     """
 
     text: str
     answer: str
     level: int
+    kind: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "Task":
-        return cls(text=d["text"], answer=d["answer"], level=int(d["level"]))
+        return cls(text=d["text"], answer=d["answer"], level=int(d["level"]), kind=str(d.get("kind", "")))
 
 
 class InvalidProposal(ValueError):
@@ -46,6 +49,13 @@ class Environment(Protocol):
     "user", "content": ...}]``); ``prompt.style`` decides how the model reads them. An
     environment whose tasks may lack a reference answer also implements
     ``extract_answer(completion) -> str | None`` and ``same_answer(a, b) -> bool``.
+
+    An environment with several task types lists them in ``task_types`` (see ``task_types``) and
+    takes the type as a keyword: ``challenger_prompt(kind=...)``, ``parse_proposal(text, kind=...)``
+    and ``sample_task(level, rng, kind=...)`` (a random type when None); its tasks carry it in
+    ``Task.kind``. The loop then gives each challenger group one type, in turn, and logs metrics
+    per type. An environment may also report counters (``stats() -> dict[str, float]``, cumulative,
+    e.g. sandbox executions); the loop logs their growth over each round.
     """
 
     num_levels: int
@@ -70,3 +80,13 @@ class Environment(Protocol):
 
     def sample_task(self, level: int, rng: random.Random) -> Task:
         """A task of the given level from the environment's own generator."""
+
+
+def task_types(env) -> tuple[str, ...]:
+    """The environment's task types; () for one with a single kind of task."""
+    return tuple(getattr(env, "task_types", ()))
+
+
+def typed(kind: str) -> dict:
+    """The keyword a typed environment's methods take: ``{"kind": kind}``, or nothing for ""."""
+    return {"kind": kind} if kind else {}

@@ -46,3 +46,24 @@ def test_propose_parses_what_the_sampler_returns_and_rewards_probed_proposals():
     assert stats["valid_fraction"] == pytest.approx(0.4)
     assert stats["level_mean"] == 1.0 and stats["unique_fraction"] == pytest.approx(4 / 5)
     assert stats["rejected/grammar"] == pytest.approx(0.2) and stats["rejected/truncated"] == pytest.approx(0.2)
+
+
+def test_a_typed_environment_gets_each_prompts_type_and_stats_per_type():
+    env = make_env("code_triplets", num_levels=2, timeout_s=1.0)
+    ch = Challenger(env)
+    ded = env.parse_proposal("def f(x):\n    return x + 1\n#input: 2", kind="deduction")
+    assert ch.prompt([ded], kind="deduction") == "#deduction\ndef f(x):\n    return x + 1\n#input: 2\n#deduction\n"
+    assert ch.prompt(kind="induction") == "#induction\n"
+    text = "def f(x):\n    return x * 3\n#input: 1\n#input: 2"
+    props = ch.propose(["p"] * 4, lambda prompts: [Comp(text), Comp(text), Comp("def f(x):\n    return x\n#input: 1"),
+                                                   Comp("junk")],
+                       kinds=["deduction", "induction", "abduction", "abduction"])
+    assert [p.kind for p in props] == ["deduction", "induction", "abduction", "abduction"]
+    # one input line too many for deduction; the same text is a valid induction task (two pairs)
+    assert [p.valid for p in props] == [False, True, True, False]
+    assert props[1].task.kind == "induction" and props[2].task.kind == "abduction"
+    props[1].solve_rate, props[2].solve_rate = 0.25, 1.0
+    _, stats = ch.rewards(props)
+    assert stats["valid_fraction/type_deduction"] == 0.0 and "solve_rate/type_deduction" not in stats
+    assert stats["valid_fraction/type_induction"] == 1.0 and stats["solve_rate/type_induction"] == 0.25
+    assert stats["valid_fraction/type_abduction"] == 0.5 and stats["solve_rate/type_abduction"] == 1.0

@@ -80,3 +80,14 @@ def test_sampled_eval_config_is_validated():
     with pytest.raises(ConfigError, match="leave nothing to evaluate"):
         load_config(None, ["eval.greedy=false"])
     assert load_config(None, ["eval.samples=4", "eval.temperature=0.7"]).eval.samples == 4
+
+
+def test_accuracy_is_reported_per_task_type_too():
+    from curriculum.envs import Task
+    from curriculum.evaluate import accuracy_report
+
+    tasks = [Task("a", "1", 1, "deduction"), Task("b", "1", 1, "induction"), Task("c", "1", 2, "deduction")]
+    report = accuracy_report(tasks, [[1.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    assert report["eval/accuracy"] == 0.5 and report["eval/accuracy/tier_2"] == 1.0
+    assert report["eval/accuracy/type_deduction"] == 0.75 and report["eval/accuracy/type_induction"] == 0.0
+    assert not any("type_" in k for k in accuracy_report([Task("a", "1", 1)], [[1.0]]))  # untyped: none

@@ -146,3 +146,27 @@ def test_explicit_triton_on_cpu_tensors_is_a_clear_error():
     # Outside TRITON_INTERPRET=1 the kernels need CUDA tensors (or triton is missing).
     with pytest.raises((ValueError, ImportError), match="triton|CUDA"):
         compute_advantages(torch.zeros(2), torch.zeros(2, dtype=torch.long), backend="triton")
+
+
+def test_task_relative_baselines_are_per_task_type():
+    """Absolute Zero's TRR++: one baseline per task type (the role's batch apart), against a plain loop."""
+    from curriculum.engine.rl import group_ids_for
+
+    kinds = ["deduction", "abduction", "deduction", "induction", "abduction", "deduction", "induction", "abduction"]
+    rewards = [1.0, 0.0, 0.0, 0.5, 1.0, 1.0, 0.25, 1.0]
+    ids = group_ids_for(kinds, group_size=4, task_relative=True)
+    assert ids == [0, 1, 0, 2, 1, 0, 2, 1]
+    assert group_ids_for(kinds, group_size=4) == [0, 0, 0, 0, 1, 1, 1, 1]  # the GRPO groups otherwise
+    got = compute_advantages(torch.tensor(rewards, dtype=torch.float64), torch.tensor(ids), "grpo")
+    want = []
+    for i, k in enumerate(kinds):
+        mine = [r for r, kk in zip(rewards, kinds) if kk == k]
+        mean = sum(mine) / len(mine)
+        std = math.sqrt(sum((r - mean) ** 2 for r in mine) / (len(mine) - 1))
+        want.append((rewards[i] - mean) / (std + 1e-6))
+    # deduction: mean 2/3, std 0.57735; abduction: mean 2/3; induction: mean 0.375, std 0.17678
+    assert got.tolist() == pytest.approx(want, abs=1e-9)
+    assert got[0].item() == pytest.approx((1 - 2 / 3) / (math.sqrt(1 / 3) + 1e-6), abs=1e-9)
+    assert got[3].item() == pytest.approx(0.125 / (math.sqrt(0.03125) + 1e-6), abs=1e-9)
+    # untyped batch: one group, the batch's own baseline
+    assert group_ids_for([""] * 3, group_size=1, task_relative=True) == [0, 0, 0]

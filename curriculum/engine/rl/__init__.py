@@ -5,7 +5,7 @@ Each of ``compute_advantages`` and ``policy_loss`` takes ``backend="auto" | "tor
 and the torch twins elsewhere. See docs/kernels.md.
 """
 from curriculum.engine.rl._backend import BACKENDS, triton_available
-from curriculum.engine.rl.advantages import ESTIMATORS, compute_advantages, register_estimator
+from curriculum.engine.rl.advantages import ESTIMATORS, compute_advantages, group_ids_for, register_estimator
 from curriculum.engine.rl.logprobs import full_logits_logprobs, linear_logprobs, sequence_logprobs
 from curriculum.engine.rl.loss import AGGREGATIONS, aggregate, policy_loss
 from curriculum.engine.rl.packed import packed_logprobs
@@ -17,6 +17,7 @@ __all__ = [
     "aggregate",
     "compute_advantages",
     "full_logits_logprobs",
+    "group_ids_for",
     "linear_logprobs",
     "packed_logprobs",
     "policy_loss",

@@ -21,7 +21,7 @@ advantages, see ``triton_kernels.py``), ``auto`` (Triton on CUDA tensors, else t
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -84,6 +84,22 @@ def _reinforce_pp(rewards_n, inv_n, num_groups, eps):
     count_n, centred_n, _, degenerate_n = group_stats(rewards_n, inv_n, num_groups)
     centred_n = torch.where(degenerate_n, torch.zeros_like(centred_n), centred_n)
     return whiten_members(centred_n, count_n, eps)
+
+
+def group_ids_for(kinds: Sequence[str], group_size: int, task_relative: bool = False) -> list[int]:
+    """Group ids of a role's batch: one per GRPO group (``group_size`` consecutive samples), or, with
+    ``task_relative``, one per task type.
+
+    Task-relative baselines are Absolute Zero's TRR++ (Zhao et al., 2025, "Absolute Zero", Sec. 3.3.5):
+    each (task type, role) pair gets its own baseline, the mean and std of its rewards in the batch, so
+    ``compute_advantages(r, group_ids_for(kinds, g, True), "grpo")`` is ``(r - mean_k) / (std_k + eps)``
+    over the samples of type k. The role is the update's own (each role's batch is updated apart);
+    a batch without types (kinds all "") is one group: a batch-wide baseline.
+    """
+    if not task_relative:
+        return [i // group_size for i in range(len(kinds))]
+    index: dict[str, int] = {}
+    return [index.setdefault(k, len(index)) for k in kinds]
 
 
 def _check_inputs(rewards, group_ids, response_mask):
