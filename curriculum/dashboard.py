@@ -40,6 +40,7 @@ class Chart:
     optional: bool = False  # left out while none of its metrics is logged (metrics added later)
 
 
+_CODE_TYPES = ("deduction", "abduction", "induction")
 BENCHMARK = [  # followed by one line per level, after the first chart
     Chart("Held-out accuracy", (("eval/accuracy", "greedy"), ("eval/mean_at_k", "mean@k")), "accuracy", rate=True),
     Chart("Frontier level", (("eval/frontier_level", "highest level solved ≥ 50%"),), "level",
@@ -57,6 +58,11 @@ CURRICULUM = [
           integer=True),
     Chart("Pseudo-label accuracy", (("curriculum/label_accuracy", "majority vote"),), "accuracy",
           rate=True, optional=True),
+    # Typed environments (code_triplets: Absolute Zero's three code tasks)
+    Chart("Held-out accuracy per task type", tuple((f"eval/accuracy/type_{k}", k) for k in _CODE_TYPES), "accuracy",
+          rate=True, optional=True),
+    Chart("Solver solve rate per task type", tuple((f"solver/solve_rate/type_{k}", k) for k in _CODE_TYPES), "share",
+          rate=True, optional=True),
 ]
 TRAINING = [
     Chart("Validity", (("challenger/valid_fraction", "challenger updates"),
@@ -68,6 +74,10 @@ TRAINING = [
           "tokens, cumulative", integer=True, optional=True),
     Chart("Tool use", (("solver/tool_calls_mean", "calls per answer"), ("solver/tool_error_rate", "error rate")),
           "calls / rate", optional=True),
+    Chart("Validity per task type", tuple((f"challenger/valid_fraction/type_{k}", k) for k in _CODE_TYPES),
+          "valid share", rate=True, optional=True),
+    Chart("Sandbox runs per round", (("sandbox/executions", "executions"), ("sandbox/timeouts", "timeouts")), "runs",
+          integer=True, optional=True),
     Chart("Seconds per round", (("time/round_s", "round"), ("time/eval_s", "eval")), "seconds"),
 ]
 #: Columns of the per-round table (also ``scripts/summarize_run.py``); unlogged ones are dropped.
