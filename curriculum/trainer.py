@@ -369,8 +369,8 @@ class SelfPlayTrainer:
                 self.pool.update_solve_rate(t.text, rate)
         else:
             self.levels.observe(tasks, rates)
-        rollout = pack([a.completion for a in attempts], scores, self._group_ids("solver", [a.task.kind for a in attempts]),
-                       self.tokenizer.pad_token_id)
+        rollout = pack([a.completion for a in attempts], scores,
+                       self._group_ids("solver", [a.task.kind for a in attempts]), self.tokenizer.pad_token_id)
         stats = self._update("solver", rollout, r, step)
         for kind in self.task_types:
             mine = [rate for t, rate in zip(tasks, rates) if t.kind == kind]

@@ -45,7 +45,8 @@ def main() -> None:
         t0 = time.perf_counter()
         scores = [env.score(t, env.format_answer(t)) for t in mine]  # not scored before: not cached
         per = (time.perf_counter() - t0) / max(1, len(mine))
-        print(f"  score a {kind:<9} answer      {per * 1e3:8.3f} ms/answer  (all right: {all(s == 1.0 for s in scores)})")
+        right = all(s == 1.0 for s in scores)
+        print(f"  score a {kind:<9} answer      {per * 1e3:8.3f} ms/answer  (all right: {right})")
 
 
 if __name__ == "__main__":

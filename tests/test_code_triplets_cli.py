@@ -56,7 +56,7 @@ def test_three_task_types_run_in_the_loop_with_per_type_metrics(tmp_path, cache)
     assert rounds[0]["sandbox/executions"] >= 2  # each valid proposal was run twice
     asked = [next(k for k in KINDS if t["prompt"].endswith(f"#{k}\n")) for t in tasks]
     fill = [k for k, t in zip(asked, tasks) if t["phase"] == "fill"]
-    assert sorted(fill) == sorted(KINDS * 4)  # 12 proposals, groups of 4
+    assert fill and len(fill) % 12 == 0 and all(fill.count(k) == len(fill) // 3 for k in KINDS)  # a group of 4 each
     for k, t in zip(asked, tasks):
         assert (t["task"] is None) != (t["rejected"] is None)
         if t["task"]:

@@ -354,7 +354,8 @@ def _forbidden(tree: ast.AST) -> str | None:
         if isinstance(node, ast.Import):
             bad = [a.name for a in node.names if a.name.split(".")[0] not in ALLOWED_IMPORTS]
         elif isinstance(node, ast.ImportFrom):
-            bad = [] if node.level == 0 and (node.module or "").split(".")[0] in ALLOWED_IMPORTS else [node.module or "."]
+            allowed = node.level == 0 and (node.module or "").split(".")[0] in ALLOWED_IMPORTS
+            bad = [] if allowed else [node.module or "."]
         elif isinstance(node, ast.Name):
             bad = [node.id] if node.id in FORBIDDEN_NAMES else []
         elif isinstance(node, ast.Attribute):

@@ -50,7 +50,8 @@ def test_deduction_is_graded_as_a_literal_without_running(env):
 def test_abduction_scores_any_input_with_the_same_output(env):
     t = task(env, "abduction", MOD3, 4)
     assert (t.answer, env.solver_prompt(t)) == ("4", f"{MOD3}\n#output: 1\n#input:")
-    assert env.score(t, "4") == env.score(t, "7") == env.score(t, " -2 ") == 1.0  # the program decides, not the reference
+    # the program decides, not the reference input
+    assert env.score(t, "4") == env.score(t, "7") == env.score(t, " -2 ") == 1.0
     assert env.score(t, "3") == 0.0
     assert env.score(t, "'a'") == 0.0  # f raises on it
     two = task(env, "abduction", "def f(a, b):\n    return a * b", "2, 6")
