@@ -113,7 +113,8 @@ class CodeTriplets:
         self.executions = 0  # sandbox runs, cumulative (stats())
         self.timeouts = 0
         for level in range(1, self.num_levels + 1):  # too small a max_chars fails here, not mid-run
-            self.sample_task(level, random.Random(level))
+            for kind in self.task_types:
+                self.sample_task(level, random.Random(level), kind=kind)
 
     @property
     def sandbox(self):
