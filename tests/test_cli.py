@@ -151,7 +151,7 @@ def test_the_solver_calls_its_tools_in_the_loop(tmp_path):
     (last,) = [r for r in recs if r["phase"] == "round"]
     assert last["time/sandbox_s"] > 0
     evals = [r for r in recs if r["phase"] == "eval"]
-    assert len(evals) == 2 and all("eval/no_tools/accuracy/tier_3" in r and "eval/accuracy/tier_3" in r for r in evals)
+    assert len(evals) == 2 and all("eval/no_tools/accuracy/tier_2" in r and "eval/accuracy/tier_2" in r for r in evals)
     out = selfplay("eval", run)
     result = json.loads(out.stdout[out.stdout.index("{"):])
     assert result["eval/accuracy"] == evals[-1]["eval/accuracy"]
