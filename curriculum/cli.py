@@ -201,9 +201,9 @@ def _dashboard(args) -> int:
 
 def _as_override(value) -> str:
     """A default as one would write it in key=value (YAML)."""
-    if isinstance(value, str):
+    if isinstance(value, str) and value.isprintable():
         return value or '""'
-    return json.dumps(value)
+    return json.dumps(value)  # a string with a newline or tab too: one line, double-quoted (valid YAML)
 
 
 def _keys(args) -> int:

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from curriculum.errors import ConfigError
+from solver.tools import DEFAULT_TOOL_PROMPT, TOOLS
 
 
 @dataclass
@@ -84,6 +85,9 @@ class WarmupConfig:
     level_decay: float = 1.0
     # Share of warm-up examples that teach the challenger's proposal format.
     challenger_fraction: float = 0.5
+    # With solver.tools: share of solver examples written as one tool call (prompt with solver.tool_prompt,
+    # the call, its output, the answer copied from it); the environment must offer tool_code(task).
+    tool_fraction: float = 0.5
     # torch threads of the warm-up, whatever run.threads says: the warmed-up model (and the cache
     # entry) depends on the thread count, so one seed gives one starting model on any machine.
     threads: int = 1
@@ -194,6 +198,24 @@ class RoleConfig:
 
 
 @dataclass
+class SolverConfig(RoleConfig):
+    # Tools the solver may call while it answers, over several turns: [python] runs <python>...</python>
+    # blocks in the sandbox and appends <output>...</output> (masked out of the loss); [] = one completion.
+    tools: list[str] = field(default_factory=list)
+    # Most turns of one answer with tools (a turn ends at a tool call or the answer); a call in the last turn
+    # leaves the answer unfinished (scored 0).
+    max_turns: int = 3
+    # Put before the solver's prompt when tools are on (chat prompts: at the start of the system message).
+    tool_prompt: str = DEFAULT_TOOL_PROMPT
+    # Characters of a tool's output shown in an observation (longer output is cut, marked ...[cut]).
+    tool_output_chars: int = 256
+    # Wall-clock seconds one tool call may run in the sandbox.
+    tool_timeout_s: float = 2.0
+    # Sandbox worker processes that run the tool calls of a batch in parallel.
+    tool_workers: int = 2
+
+
+@dataclass
 class RewardConfig:
     # Frontier reward of the challenger: uncertainty (R-Zero) or learnability (Absolute Zero).
     frontier: str = "uncertainty"
@@ -274,6 +296,9 @@ class EvalConfig:
     temperature: float = 1.0
     # Score every N rounds (round 0 and the last round always).
     every: int = 1
+    # With solver.tools: also score greedy answers of the same solver with its tools off (no tool prompt, one
+    # completion): eval/no_tools/accuracy and eval/no_tools/accuracy/tier_L, what the tools add.
+    without_tools: bool = False
 
 
 @dataclass
@@ -337,7 +362,7 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
     challenger: RoleConfig = field(default_factory=RoleConfig)
-    solver: RoleConfig = field(default_factory=RoleConfig)
+    solver: SolverConfig = field(default_factory=SolverConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
@@ -402,10 +427,13 @@ def _dataclass_type(f: dataclasses.Field):
 
 @functools.lru_cache(maxsize=None)  # reading the source parses the whole module: once per class
 def _field_docs(cls) -> dict[str, str]:
-    """Field name -> the ``#`` comment lines right above it in the class body."""
+    """Field name -> the ``#`` comment lines right above it in the class body (or a dataclass base's)."""
     import inspect
 
     docs: dict[str, str] = {}
+    for base in cls.__mro__[1:]:
+        if dataclasses.is_dataclass(base):
+            docs.update(_field_docs(base))
     pending: list[str] = []
     for line in inspect.getsource(cls).splitlines()[1:]:
         s = line.strip()
@@ -681,6 +709,7 @@ RANGES: dict[str, Range] = {
     "model.warmup.solver_max_level": Range(1, None),
     "model.warmup.level_decay": Range(0, 1, open_lo=True),
     "model.warmup.challenger_fraction": _FRACTION,
+    "model.warmup.tool_fraction": _FRACTION,
     "model.warmup.threads": Range(1, 4096),
     **{f"{role}.{key}": r for role in ("challenger", "solver") for key, r in _ROLE_RANGES.items()},
     "reward.repetition_coef": _NON_NEGATIVE,
@@ -701,6 +730,10 @@ RANGES: dict[str, Range] = {
     "curriculum.filter_max_batches": Range(1, 1000),
     "curriculum.adaptive_floor": _NON_NEGATIVE,
     "curriculum.label_check_rate": _FRACTION,
+    "solver.max_turns": Range(1, 64),
+    "solver.tool_output_chars": Range(1, 1 << 16),
+    "solver.tool_timeout_s": Range(0, 60, open_lo=True),
+    "solver.tool_workers": Range(1, 64),
     "train.rounds": Range(1, 9999),  # checkpoint names hold the round in four digits
     "eval.seed": _SEED,
     "eval.per_level": Range(1, 1000),  # the benchmark draws up to 50x this many tasks per level
@@ -773,6 +806,9 @@ def _check_choices(cfg: Config) -> None:
               f"model.attn_implementation {cfg.model.attn_implementation!r}; choose from {', '.join(kernels)}, or empty")
     _need(cfg.rl.backend in ("auto", "torch", "triton"), f"rl.backend {cfg.rl.backend!r}; choose auto, torch or triton")
     _need(cfg.wandb.mode in ("offline", "online", "disabled"), f"wandb.mode {cfg.wandb.mode!r}; choose offline, online or disabled")
+    for name in cfg.solver.tools:
+        _need(name in TOOLS, f"solver.tools: {name!r} is not a tool; choose from {sorted(TOOLS)}")
+    _need(len(set(cfg.solver.tools)) == len(cfg.solver.tools), f"solver.tools ({cfg.solver.tools}) names a tool twice")
     for role in ("challenger", "solver"):
         lc: LossConfig = getattr(cfg, role).loss
         _need(lc.estimator in ESTIMATORS, f"{role}.loss.estimator {lc.estimator!r}; choose from {sorted(ESTIMATORS)}")
@@ -800,6 +836,9 @@ def _check_combinations(cfg: Config) -> None:
     _need(ec.greedy or ec.samples > 0, "eval.greedy=false and eval.samples=0 leave nothing to evaluate")
     _need(ec.samples == 0 or ec.temperature > 0,
           f"eval.samples ({ec.samples}) > 0 needs eval.temperature > 0 (got {ec.temperature}): greedy samples are all the same")
+    _need(not cfg.solver.tools or cfg.solver.max_turns >= 2,
+          f"solver.tools ({cfg.solver.tools}) needs solver.max_turns >= 2 (got {cfg.solver.max_turns}): a tool's "
+          "output is read in the next turn")
     stages = cfg.challenger.steps + 1 + cfg.solver.steps
     _need(stages <= MAX_STAGES, f"challenger.steps ({cfg.challenger.steps}) + 1 + solver.steps ({cfg.solver.steps}) must "
                                 f"be <= {MAX_STAGES} (checkpoint names hold the stage of a round in three digits)")

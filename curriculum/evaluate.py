@@ -16,7 +16,9 @@ from curriculum.config import load_config
 from curriculum.envs import Task, benchmark, make_env
 from curriculum.engine.prompts import resolve_style
 from curriculum.engine.rollout import generate
+from curriculum.engine.tools import generate_with_tools
 from curriculum.errors import ConfigError
+from curriculum.rollouts import make_tools
 from curriculum.rundir import RunDir
 from challenger.role import Challenger
 from solver.role import Solver
@@ -26,18 +28,37 @@ from solver.role import Solver
 FRONTIER = 0.5
 
 
+# The extra greedy pass of eval.without_tools: the same solver, its tools off.
+NO_TOOLS = "eval/no_tools/accuracy"
+
+
 @torch.no_grad()
 def solver_scores(role, tokenizer, env, tasks: list[Task], *, k: int, temperature: float, max_new_tokens: int,
-                  batch_size: int, seed: int, style: str = "plain") -> list[list[float]]:
+                  batch_size: int, seed: int, style: str = "plain", tools=None, max_turns: int = 1,
+                  tool_prompt: str = "") -> list[list[float]]:
     """``k`` scores per task (0 for an unfinished answer): greedy when ``temperature`` is 0, else sampled from
-    ``seed``; prompts rendered in ``style`` (chat or plain)."""
+    ``seed``; prompts rendered in ``style`` (chat or plain). With ``tools`` (``make_tools``) the solver
+    answers over up to ``max_turns`` turns, its prompts announcing them with ``tool_prompt``."""
     role.activate()
     greedy = temperature == 0
-    sample = functools.partial(generate, role.model, tokenizer, max_new_tokens=max_new_tokens, greedy=greedy,
+    fn = generate if tools is None else functools.partial(generate_with_tools, tools=tools, max_turns=max_turns)
+    sample = functools.partial(fn, role.model, tokenizer, max_new_tokens=max_new_tokens, greedy=greedy,
                                temperature=1.0 if greedy else temperature, batch_size=batch_size, seed=seed,
                                style=style)
-    attempts = Solver(env).attempt([t for t in tasks for _ in range(k)], sample)
+    solver = Solver(env, tool_prompt if tools is not None else "")
+    attempts = solver.attempt([t for t in tasks for _ in range(k)], sample)
     return [[a.score for a in attempts[i * k : (i + 1) * k]] for i in range(len(tasks))]
+
+
+def tool_passes(cfg, tools) -> list[tuple[str, int, float, dict]]:
+    """``passes`` with the tool keywords of ``solver_scores`` for each: the solver's tools (``make_tools``;
+    None: none) in every pass, and with ``eval.without_tools`` one more greedy pass without them."""
+    sc = cfg.solver
+    kw = {} if tools is None else dict(tools=tools, max_turns=sc.max_turns, tool_prompt=sc.tool_prompt)
+    out = [(prefix, k, temperature, kw) for prefix, k, temperature in passes(cfg.eval)]
+    if tools is not None and cfg.eval.without_tools:
+        out.append((NO_TOOLS, 1, 0.0, {}))
+    return out
 
 
 def passes(eval_cfg) -> list[tuple[str, int, float]]:
@@ -74,17 +95,19 @@ def frontier_level(report: dict[str, float], prefix: str) -> int:
 
 
 def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int,
-                    style: str = "plain") -> dict[str, float]:
+                    style: str = "plain", cfg=None, tools=None) -> dict[str, float]:
     """Greedy accuracy and/or mean@k on ``tasks``, per level, and ``eval/frontier_level``.
 
     Sampling is seeded from ``eval_cfg.seed`` alone, so every round is scored on the
     same random stream (round-to-round differences are the model's, not the dice's).
+    With ``tools`` (and the run's ``cfg``) the solver uses them (``tool_passes``).
     """
     report: dict[str, float] = {}
-    for prefix, k, temperature in passes(eval_cfg):
+    runs = tool_passes(cfg, tools) if tools is not None else [(*p, {}) for p in passes(eval_cfg)]
+    for prefix, k, temperature, kw in runs:
         scores = solver_scores(role, tokenizer, env, tasks, k=k, temperature=temperature,
                                max_new_tokens=eval_cfg.max_new_tokens, batch_size=batch_size, seed=eval_cfg.seed,
-                               style=style)
+                               style=style, **kw)
         report.update(accuracy_report(tasks, scores, prefix))
     report["eval/frontier_level"] = frontier_level(report, passes(eval_cfg)[-1][0])
     return report
@@ -103,9 +126,12 @@ def evaluate_run(run_dir: Path) -> dict:
         raise ConfigError(f"{rd.path} has no complete checkpoint to evaluate yet")
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     tasks = benchmark(env, cfg.eval.seed, cfg.eval.per_level)
-    role, tokenizer = load_solver(cfg, latest, env, {t.text for t in tasks}, Challenger(env).prompt)
+    solver = Solver(env, cfg.solver.tool_prompt if cfg.solver.tools else "")
+    role, tokenizer = load_solver(cfg, latest, env, {t.text for t in tasks}, Challenger(env).prompt,
+                                  functools.partial(solver.demonstration, output_chars=cfg.solver.tool_output_chars))
     style = resolve_style(cfg.prompt.style, tokenizer)
-    results = evaluate_solver(role, tokenizer, env, tasks, cfg.eval, cfg.solver.sampling.batch_size, style)
+    results = evaluate_solver(role, tokenizer, env, tasks, cfg.eval, cfg.solver.sampling.batch_size, style,
+                              cfg=cfg, tools=make_tools(cfg.solver))
     results["round"] = int(read_state(latest)["round"])
     results["checkpoint"] = str(latest)
     return results

@@ -4,7 +4,8 @@ Rollouts are data-parallel by *units* (a GRPO group, a probed task's samples): e
 runs a role on a contiguous share of the units, sampling through ``generate`` with a seed
 derived from (run.seed, round, phase, step), and the results are gathered in unit order,
 so every rank holds the same proposals, attempts and scores. Generated tokens are counted
-per role: the compute axis of the curriculum comparison.
+per role (the model's own, not a tool's observations): the compute axis of the curriculum
+comparison. With ``solver.tools`` the solver samples over several turns (``curriculum.engine.tools``).
 """
 from __future__ import annotations
 
@@ -12,11 +13,26 @@ import functools
 import hashlib
 
 from challenger.role import Challenger, Proposal
-from curriculum.config import Config
+from curriculum.config import Config, SolverConfig
 from curriculum.engine.distributed import run_sharded
 from curriculum.engine.policy import ROLES
 from curriculum.engine.rollout import generate
+from curriculum.engine.tools import generate_with_tools
 from solver.role import Attempt, Solver
+from solver.tools import TOOLS, Toolbox
+
+# Memory limit of a tool call's sandboxed process (MB).
+TOOL_MEMORY_MB = 256
+
+
+def make_tools(sc: SolverConfig) -> Toolbox | None:
+    """The solver's tools (``solver.tools``) on this process's shared sandbox pool; None without tools."""
+    if not sc.tools:
+        return None
+    from curriculum.envs.code_output import shared_sandbox
+
+    box = shared_sandbox(sc.tool_workers, sc.tool_timeout_s, TOOL_MEMORY_MB)
+    return Toolbox({name: TOOLS[name](box, sc.tool_timeout_s) for name in sc.tools}, sc.tool_output_chars)
 
 
 def derive_seed(*parts) -> int:
@@ -39,6 +55,8 @@ class Rollouts:
         self.solver = solver
         self.progress = progress
         self.tokens = {r: 0 for r in ROLES}  # generated tokens per role, cumulative
+        self.tools = make_tools(cfg.solver)
+        self.sandbox_s = 0.0  # seconds the solver's rollouts waited on tool calls (the trainer resets it)
 
     def propose(self, prompts: list[str], parts: tuple, desc: str, kinds: list[str] | None = None) -> list[Proposal]:
         """One proposal per prompt (G repeats of a prompt form a group), parsed by the environment as a task of
@@ -61,6 +79,7 @@ class Rollouts:
 
         attempts = self.sharded([t for t in tasks for _ in range(m)], m, work, parts)
         self._count("solver", [a.completion for a in attempts])
+        self.sandbox_s += sum(getattr(a.completion, "sandbox_s", 0.0) for a in attempts)
         return attempts
 
     def probe(self, tasks: list, m: int, parts: tuple) -> dict[str, list[Attempt]]:
@@ -78,7 +97,10 @@ class Rollouts:
         overrides the configured one), seeded."""
         sc = getattr(self.cfg, name).sampling
         role = self.roles[name].activate()
-        return functools.partial(generate, role.model, self.tokenizer, max_new_tokens=sc.max_new_tokens,
+        fn = generate
+        if name == "solver" and self.tools is not None:
+            fn = functools.partial(generate_with_tools, tools=self.tools, max_turns=self.cfg.solver.max_turns)
+        return functools.partial(fn, role.model, self.tokenizer, max_new_tokens=sc.max_new_tokens,
                                  temperature=temperature or sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size,
                                  seed=seed, desc=desc, progress=self.progress, style=self.style)
 
@@ -100,4 +122,4 @@ class Rollouts:
         return run_sharded(self.dist, units, work, seed_of, per_unit=self.cfg.distributed.rollout_seed == "group")
 
     def _count(self, name: str, completions) -> None:
-        self.tokens[name] += sum(len(c.completion_ids) for c in completions)
+        self.tokens[name] += sum(c.model_tokens for c in completions)  # a tool's observations are not generated

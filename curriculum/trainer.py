@@ -12,6 +12,7 @@ state at its start: a resumed run continues exactly as an uninterrupted one woul
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -33,9 +34,10 @@ from curriculum.engine.policy import ROLES, build_roles, load_base, resolve_devi
 from curriculum.engine.prompts import render_prompt, resolve_style
 from curriculum.engine.rollout import pack
 from curriculum.engine.rl import group_ids_for
+from curriculum.engine.tools import tool_stats
 from curriculum.envs import Task, benchmark, make_env, task_types, typed
 from curriculum.errors import ConfigError
-from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores
+from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores, tool_passes
 from curriculum.monitor import Monitor, NullMonitor
 from curriculum.pool import PoolEntry, TaskPool, near_band, quantiles
 from curriculum.rollouts import Rollouts, derive_seed
@@ -76,7 +78,7 @@ class SelfPlayTrainer:
         self._env_counts: dict[str, float] = {}  # the environment's counters at the last round's end
         self.challenger = Challenger(self.env, frontier=cfg.reward.frontier, repetition_coef=cfg.reward.repetition_coef,
                                      repetition_threshold=cfg.reward.repetition_threshold, invalid_reward=cfg.reward.invalid)
-        self.solver = Solver(self.env)
+        self.solver = Solver(self.env, cfg.solver.tool_prompt if cfg.solver.tools else "")
         self.benchmark = benchmark(self.env, cfg.eval.seed, cfg.eval.per_level)
         self.held_out = {t.text for t in self.benchmark}
         self.roles = self._build_roles()
@@ -120,11 +122,12 @@ class SelfPlayTrainer:
     def _build_roles(self):
         """Base model -> roles (-> one DeepSpeed engine per role). Rank 0 fills the warm-up cache first."""
         base, self.tokenizer = None, None
+        demo = functools.partial(self.solver.demonstration, output_chars=self.cfg.solver.tool_output_chars)
         if self.dist.is_main:
-            base, self.tokenizer = load_base(self.cfg, self.env, self.held_out, self.progress, self.challenger.prompt)
+            base, self.tokenizer = load_base(self.cfg, self.env, self.held_out, self.progress, self.challenger.prompt, demo)
         self.dist.barrier()
         if not self.dist.is_main:
-            base, self.tokenizer = load_base(self.cfg, self.env, self.held_out, self.progress, self.challenger.prompt)
+            base, self.tokenizer = load_base(self.cfg, self.env, self.held_out, self.progress, self.challenger.prompt, demo)
         roles = build_roles(self.cfg, base, self.device)
         if self.cfg.distributed.engine == "deepspeed":
             wrap_deepspeed(roles, self.cfg, self.dist.world)
@@ -176,6 +179,7 @@ class SelfPlayTrainer:
         if self.stage == 0:
             self.task_log = []
             self.pool.age_out(r)
+            self.rollouts.sandbox_s = 0.0
         stages = self.stages()
         every = self.cfg.checkpoint.every_steps
         for k in range(self.stage, len(stages)):
@@ -189,8 +193,10 @@ class SelfPlayTrainer:
                     return False
         self.write_task_log(r)
         self.evaluate(r)
-        self.monitor.log({"time/round_s": time.time() - t0, **self.rollouts.token_stats(), **self.env_stats()},
-                         round=r, phase="round")
+        times = {"time/round_s": time.time() - t0}
+        if self.rollouts.tools is not None:
+            times["time/sandbox_s"] = self.rollouts.sandbox_s
+        self.monitor.log({**times, **self.rollouts.token_stats(), **self.env_stats()}, round=r, phase="round")
         if self.dist.is_main:
             log.info(self.monitor.summary(r, self.cfg.train.rounds))
         self.stage = 0
@@ -392,6 +398,8 @@ class SelfPlayTrainer:
                         "distinct ones; raise curriculum.fill_proposals or fill_max_batches, or lower "
                         "solver.batch_prompts", r, len(self.pool), n, distinct)
         stats["curriculum/pool_size"] = len(self.pool)
+        if self.rollouts.tools is not None:
+            stats.update({f"solver/{k}": v for k, v in tool_stats([a.completion for a in attempts], scores).items()})
         stats.update(self.rollouts.token_stats())
         self.monitor.log(stats, round=r, phase="update_solver")
 
@@ -439,12 +447,12 @@ class SelfPlayTrainer:
             return {}
         t0 = time.time()
         results: dict[str, float] = {}
-        for prefix, k, temperature in passes(ec):
+        for prefix, k, temperature, tools in tool_passes(self.cfg, self.rollouts.tools):
 
-            def work(tasks: list[Task], seed: int, k=k, temperature=temperature) -> list[list[float]]:
+            def work(tasks: list[Task], seed: int, k=k, temperature=temperature, tools=tools) -> list[list[float]]:
                 return solver_scores(self.roles["solver"], self.tokenizer, self.env, tasks, k=k, temperature=temperature,
                                      max_new_tokens=ec.max_new_tokens, batch_size=self.cfg.solver.sampling.batch_size,
-                                     seed=seed, style=self.style)
+                                     seed=seed, style=self.style, **tools)
 
             seed = derive_seed(ec.seed, "rank", self.dist.rank) if temperature > 0 and self.dist.world > 1 else ec.seed
             scores = run_sharded(self.dist, [[t] for t in self.benchmark], work, lambda u: seed, per_unit=False)

@@ -16,6 +16,7 @@ import itertools
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
+from solver.tools import demonstration, with_tool_prompt
 from solver.verifier import score_all, solve_rate, vote
 
 
@@ -43,13 +44,26 @@ class Attempt:
 
 
 class Solver:
-    """Answers tasks of ``env`` and scores the answers with the environment's verifier."""
+    """Answers tasks of ``env`` and scores the answers with the environment's verifier.
 
-    def __init__(self, env: SolverEnv):
+    ``tool_prompt`` announces the tools (``solver.tools``) before every prompt; the sampling
+    function then runs them (``curriculum.engine.tools``) and a completion's ``text`` is the answer.
+    """
+
+    def __init__(self, env: SolverEnv, tool_prompt: str = ""):
         self.env = env
+        self.tool_prompt = tool_prompt
 
-    def prompt(self, task: Any) -> str:
-        return self.env.solver_prompt(task)
+    def prompt(self, task: Any) -> str | list[dict]:
+        return with_tool_prompt(self.env.solver_prompt(task), self.tool_prompt)
+
+    def demonstration(self, task: Any, output_chars: int = 256) -> tuple[Any, list[tuple[str, bool]]] | None:
+        """``task`` solved with one tool call, for a supervised warm-up: (prompt, (text, trained) segments),
+        or None if the environment offers no program for it (``tool_code(task)``, whose output is the answer)."""
+        code = getattr(self.env, "tool_code", None)
+        if code is None or not self.tool_prompt:
+            return None
+        return self.prompt(task), demonstration(code(task), self.env.format_answer(task), output_chars)
 
     @property
     def votes(self) -> bool:

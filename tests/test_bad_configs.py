@@ -37,6 +37,13 @@ OVERRIDES = [
     ("yaml-bomb", [f"env.kwargs={BOMB}"], "override env.kwargs: YAML holds more than 10000 values"),
     ("yaml-deep", ["env.kwargs={a: " + "[" * 200 + "]" * 200 + "}"], "YAML nests deeper than 32 levels"),
     ("interpolation", ["wandb.name=${"], "config key 'wandb.name'"),
+    # tools
+    ("tool-unknown", ["solver.tools=[bash]"], "solver.tools: 'bash' is not a tool; choose from ['python']"),
+    ("tool-twice", ["solver.tools=[python, python]"], "names a tool twice"),
+    ("tool-one-turn", ["solver.tools=[python]", "solver.max_turns=1"], "needs solver.max_turns >= 2 (got 1)"),
+    ("tool-not-a-list", ["solver.tools=python"], "solver.tools must be a list"),
+    ("tool-timeout-zero", ["solver.tool_timeout_s=0"], "solver.tool_timeout_s (0.0) must be in (0, 60]"),
+    ("tool-output-zero", ["solver.tool_output_chars=0"], "solver.tool_output_chars (0) must be in [1, 65536]"),
     # types
     ("int-float", ["train.rounds=1.5"], "'train.rounds'"),
     ("int-word", ["train.rounds=many"], "'train.rounds'"),

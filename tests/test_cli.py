@@ -136,6 +136,29 @@ def test_sandboxed_environment_runs_in_the_loop(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_solver_calls_its_tools_in_the_loop(tmp_path):
+    """configs/tools_cpu.yaml for a round, shrunk: the warmed-up solver calls Python, the sandbox answers,
+    and the answers are scored with and without the tools; then `selfplay eval` scores the same."""
+    run = tmp_path / "tools"
+    proc = selfplay("train", "configs/tools_cpu.yaml", f"model.warmup.cache_dir={tmp_path / 'cache'}",
+                    "model.warmup.steps=150", "solver.batch_prompts=4", "solver.group_size=4", "solver.steps=1",
+                    "eval.per_level=4", "train.rounds=1", "--run-dir", run)
+    assert_quiet(proc)
+    recs = metrics(run)
+    (step,) = [r for r in recs if r["phase"] == "update_solver"]
+    assert step["solver/tool_calls_mean"] > 0 and step["solver/turns_mean"] > 1
+    assert 0 <= step["solver/tool_error_rate"] <= 1 and "solver/solve_rate_with_tool" in step
+    (last,) = [r for r in recs if r["phase"] == "round"]
+    assert last["time/sandbox_s"] > 0
+    evals = [r for r in recs if r["phase"] == "eval"]
+    assert len(evals) == 2 and all("eval/no_tools/accuracy/tier_2" in r and "eval/accuracy/tier_2" in r for r in evals)
+    out = selfplay("eval", run)
+    result = json.loads(out.stdout[out.stdout.index("{"):])
+    assert result["eval/accuracy"] == evals[-1]["eval/accuracy"]
+    assert result["eval/no_tools/accuracy"] == evals[-1]["eval/no_tools/accuracy"]
+
+
+@pytest.mark.slow
 def test_plugins_from_the_readme_train_and_resume(tmp_path):
     """The README's environment and reward, as a run.plugins file: train, then resume in a fresh process."""
     readme = (ROOT / "README.md").read_text()

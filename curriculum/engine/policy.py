@@ -138,20 +138,25 @@ def warmup_key(cfg: Config, env, challenger_prompt=None) -> dict:
 
     t, w = cfg.model.tiny, cfg.model.warmup
     references = cfg.curriculum.references
-    return {"tiny": vars(t), "warmup": {k: v for k, v in vars(w).items() if k != "cache_dir"},
+    tools = cfg.solver.tools
+    extra = {"tools": [tools, cfg.solver.tool_prompt, cfg.solver.tool_output_chars]} if tools else {}
+    # Without tools the key is what it was before they existed: cached models stay valid.
+    skip = {"cache_dir"} | (set() if tools else {"tool_fraction"})
+    return {**extra, "tiny": vars(t), "warmup": {k: v for k, v in vars(w).items() if k not in skip},
             "env": cfg.env.name, "env_kwargs": dict(cfg.env.kwargs), "seed": cfg.run.seed,
             "eval": [cfg.eval.seed, cfg.eval.per_level], "references": references,
             "example_prompt": challenger_prompt([]) if references else env.challenger_prompt(),
             "torch": torch.__version__, "transformers": transformers.__version__, "version": 3}
 
 
-def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_prompt=None):
+def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_prompt=None, tool_demo=None):
     """The starting model and tokenizer: a local HF model, or the warmed-up embedded one.
 
     The warm-up runs on ``model.warmup.threads`` threads and its cache key names everything
     that changes the result (config, seed, thread count, torch and transformers versions).
     ``challenger_prompt(references)`` renders reference-conditioned challenger prompts
-    (``curriculum.references`` > 0).
+    (``curriculum.references`` > 0); ``tool_demo(task)`` writes a solved task as a tool call
+    (``solver.tools``; ``Solver.demonstration``).
     """
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -174,7 +179,9 @@ def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_pr
             tiny.warm_up(model, tokenizer, env, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
                          solver_max_level=min(w.solver_max_level, env.num_levels), seed=cfg.run.seed,
                          exclude=exclude, challenger_fraction=w.challenger_fraction, references=cfg.curriculum.references,
-                         challenger_prompt=challenger_prompt, level_decay=w.level_decay, progress=progress)
+                         challenger_prompt=challenger_prompt, level_decay=w.level_decay,
+                         tool_demo=tool_demo if cfg.solver.tools else None, tool_fraction=w.tool_fraction,
+                         progress=progress)
         finally:
             torch.set_num_threads(threads)
         return model
@@ -183,14 +190,16 @@ def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_pr
     return model.to(DTYPES[cfg.model.dtype]), tokenizer
 
 
-def load_solver(cfg: Config, checkpoint: Path, env, exclude: set[str], challenger_prompt=None) -> tuple["Role", Any]:
+def load_solver(cfg: Config, checkpoint: Path, env, exclude: set[str], challenger_prompt=None,
+                tool_demo=None) -> tuple["Role", Any]:
     """The solver of a checkpoint, for evaluation: one role, no optimizer, on ``run.device``."""
-    role, tokenizer = load_role(cfg, checkpoint, "solver", env, exclude, challenger_prompt)
+    role, tokenizer = load_role(cfg, checkpoint, "solver", env, exclude, challenger_prompt, tool_demo)
     role.model.to(resolve_device(cfg.run.device))
     return role, tokenizer
 
 
-def load_role(cfg: Config, checkpoint: Path, name: str, env, exclude: set[str], challenger_prompt=None) -> tuple["Role", Any]:
+def load_role(cfg: Config, checkpoint: Path, name: str, env, exclude: set[str], challenger_prompt=None,
+              tool_demo=None) -> tuple["Role", Any]:
     """Role ``name`` of a checkpoint with its tokenizer: one role, no optimizer, on the CPU, in eval mode.
 
     A LoRA role's base is the checkpoint's ``base/`` (the embedded model), model.path, or, for
@@ -204,7 +213,8 @@ def load_role(cfg: Config, checkpoint: Path, name: str, env, exclude: set[str], 
         if (checkpoint / "base").is_dir():
             base, tokenizer = AutoModelForCausalLM.from_pretrained(checkpoint / "base", **hf_kwargs(cfg.model)), load_tokenizer(cfg)
         else:
-            base, tokenizer = load_base(cfg, env, exclude, progress=False, challenger_prompt=challenger_prompt)
+            base, tokenizer = load_base(cfg, env, exclude, progress=False, challenger_prompt=challenger_prompt,
+                                        tool_demo=tool_demo)
         role = Role(name, get_peft_model(base, _lora_config(cfg, base), adapter_name=name), name, None, None)
         load_role_weights(role, checkpoint / name)
     else:

@@ -18,7 +18,13 @@ from typing import Union
 from curriculum.errors import ConfigError
 
 Messages = list[dict[str, str]]
-Prompt = Union[str, Messages]
+
+
+class TokenIds(tuple):
+    """A prompt already encoded: its ids reach the model as they are (a multi-turn trajectory so far)."""
+
+
+Prompt = Union[str, Messages, TokenIds]
 STYLES = ("auto", "chat", "plain")
 
 
@@ -45,7 +51,9 @@ def as_text(prompt: Prompt) -> str:
 
 
 def encode_prompt(tokenizer, prompt: Prompt, style: str) -> list[int]:
-    """Token ids of one prompt in ``style`` (``chat`` or ``plain``, see the module docstring)."""
+    """Token ids of one prompt in ``style`` (``chat`` or ``plain``, see the module docstring); ``TokenIds`` as they are."""
+    if isinstance(prompt, TokenIds):
+        return list(prompt)
     if style == "chat":
         ids = tokenizer.apply_chat_template(as_messages(prompt), add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # transformers 5 returns a BatchEncoding

@@ -12,12 +12,22 @@ from curriculum.engine.prompts import Prompt, encode_prompt, stop_ids
 
 @dataclass
 class Completion:
-    """One sampled completion. ``finished`` is False if it hit the token limit."""
+    """One sampled completion. ``finished`` is False if it hit the token limit.
+
+    ``mask`` (aligned with ``completion_ids``): 1 for a token the model wrote, 0 for one it was
+    handed (a tool's observation); None = every token is the model's.
+    """
 
     prompt_ids: list[int]
     completion_ids: list[int]
     text: str
     finished: bool
+    mask: list[int] | None = None
+
+    @property
+    def model_tokens(self) -> int:
+        """Tokens the model generated (observations excluded)."""
+        return len(self.completion_ids) if self.mask is None else sum(self.mask)
 
 
 @dataclass
@@ -159,7 +169,8 @@ def prompt_cache(model, ids_bw: torch.Tensor, attn_bw: torch.Tensor):
 
 
 def pack(completions: list[Completion], rewards: list[float], group_ids: list[int], pad_id: int) -> Rollout:
-    """Right-pad prompt + completion into a Rollout."""
+    """Right-pad prompt + completion into a Rollout; a completion's ``mask`` zeroes its observation
+    tokens in ``response_mask`` (no log-prob, advantage or loss there)."""
     rows = [c.prompt_ids + c.completion_ids for c in completions]
     width = max(map(len, rows))
     n = len(rows)
@@ -171,4 +182,8 @@ def pack(completions: list[Completion], rewards: list[float], group_ids: list[in
         attn[i, : len(row)] = 1
         p = len(c.prompt_ids)
         resp[i, p - 1 : len(row) - 1] = 1.0  # position t predicts token t+1
+        if c.mask is not None:
+            if len(c.mask) != len(c.completion_ids):
+                raise ValueError(f"completion {i}: mask has {len(c.mask)} entries for {len(c.completion_ids)} tokens")
+            resp[i, p - 1 : len(row) - 1] = torch.tensor(c.mask, dtype=torch.float32)
     return Rollout(ids, attn, resp, torch.tensor(rewards, dtype=torch.float32), torch.tensor(group_ids, dtype=torch.long))

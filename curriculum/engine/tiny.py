@@ -13,7 +13,7 @@ import random
 import shutil
 import string
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Union
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
@@ -23,6 +23,9 @@ log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+
+# A warm-up completion: text, or (text, trained) segments (a tool's observation is not trained).
+WarmupCompletion = Union[str, list[tuple[str, bool]]]
 
 
 def build_tokenizer() -> PreTrainedTokenizerFast:
@@ -63,7 +66,8 @@ def build_model(tokenizer, hidden_size: int, layers: int, heads: int, max_positi
 def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, exclude: set[str],
                     challenger_fraction: float = 0.5, references: int = 0,
                     challenger_prompt: Callable[[list], str] | None = None,
-                    level_decay: float = 1.0) -> list[tuple[str, str]]:
+                    level_decay: float = 1.0, tool_demo: Callable | None = None,
+                    tool_fraction: float = 0.0) -> list[tuple[str, WarmupCompletion]]:
     """(prompt, completion) pairs: proposals (``challenger_fraction``) and solved tasks.
 
     Challenger examples span every level, so the challenger can propose what the
@@ -74,6 +78,9 @@ def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, excl
     Solver examples of level L come with weight ``level_decay ** (L - 1)``: below 1, the
     top level is seen less, so it is learned only in part. A typed environment's proposals
     follow the prompt of their task's type, with references of that type.
+    With ``tool_demo``, ``tool_fraction`` of the solved tasks are written as one tool call instead:
+    ``tool_demo(task)`` gives the prompt with the tools announced and the completion as (text,
+    trained) segments, the tool's observation untrained (None: the task is written plainly).
     """
     levels = list(range(1, solver_max_level + 1))
     weights = [level_decay ** (k - 1) for k in levels]
@@ -93,18 +100,28 @@ def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, excl
             task = env.sample_task(level, rng)
             if task.text in exclude:
                 continue
-            out.append((env.solver_prompt(task), env.format_answer(task)))
+            demo = tool_demo(task) if tool_demo is not None and rng.random() < tool_fraction else None
+            out.append(demo or (env.solver_prompt(task), env.format_answer(task)))
     return out
 
 
-def encode_pairs(tokenizer, pairs: list[tuple[str, str]]):
-    """Right-padded [B, T] ids, attention mask, and a loss mask on completion tokens (+EOS)."""
+def segments(completion: WarmupCompletion) -> list[tuple[str, bool]]:
+    return [(completion, True)] if isinstance(completion, str) else completion
+
+
+def encode_pairs(tokenizer, pairs: list[tuple[str, WarmupCompletion]]):
+    """Right-padded [B, T] ids, attention mask, and a loss mask on trained completion tokens (+EOS)."""
     rows, masks = [], []
     for prompt, completion in pairs:
         p = [tokenizer.bos_token_id] + tokenizer.encode(prompt, add_special_tokens=False)
-        c = tokenizer.encode(completion, add_special_tokens=False) + [tokenizer.eos_token_id]
+        c, m = [], []
+        for text, trained in segments(completion):
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            c += ids
+            m += [int(trained)] * len(ids)
+        c.append(tokenizer.eos_token_id)
         rows.append(p + c)
-        masks.append([0] * len(p) + [1] * len(c))
+        masks.append([0] * len(p) + m + [1])
     t = max(map(len, rows))
     ids = torch.full((len(rows), t), tokenizer.pad_token_id, dtype=torch.long)
     attn = torch.zeros((len(rows), t), dtype=torch.long)
@@ -130,13 +147,13 @@ def length_buckets(lengths: list[int], slack: float = 1.5) -> list[list[int]]:
     return groups
 
 
-def batch_loss(model, tokenizer, pairs: list[tuple[str, str]]) -> torch.Tensor:
+def batch_loss(model, tokenizer, pairs: list[tuple[str, WarmupCompletion]]) -> torch.Tensor:
     """Mean cross-entropy over the completion tokens of ``pairs``, backpropagated bucket by bucket.
 
     The same loss and gradient as one padded batch (each bucket's token sum is divided by the
     whole batch's token count); returns the loss, detached.
     """
-    lengths = [len(tokenizer.encode(p + c, add_special_tokens=False)) for p, c in pairs]
+    lengths = [len(tokenizer.encode(p + "".join(t for t, _ in segments(c)), add_special_tokens=False)) for p, c in pairs]
     buckets = [encode_pairs(tokenizer, [pairs[i] for i in b]) for b in length_buckets(lengths)]
     tokens = sum(int(mask[:, 1:].sum()) for _, _, mask in buckets)
     total = 0.0
@@ -153,7 +170,7 @@ def batch_loss(model, tokenizer, pairs: list[tuple[str, str]]) -> torch.Tensor:
 def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, solver_max_level: int,
             seed: int, exclude: set[str], challenger_fraction: float = 0.5, references: int = 0,
             challenger_prompt: Callable[[list], str] | None = None, level_decay: float = 1.0,
-            progress: bool = False) -> list[float]:
+            tool_demo: Callable | None = None, tool_fraction: float = 0.0, progress: bool = False) -> list[float]:
     """Supervised steps on generator examples; returns the loss curve."""
     from tqdm.auto import tqdm
 
@@ -165,7 +182,7 @@ def warm_up(model, tokenizer, env, *, steps: int, batch_size: int, lr: float, so
     losses = []
     for _ in tqdm(range(steps), desc="warm-up", disable=not progress, leave=False):
         pairs = warmup_examples(env, rng, batch_size, solver_max_level, exclude, challenger_fraction, references,
-                                challenger_prompt, level_decay)
+                                challenger_prompt, level_decay, tool_demo, tool_fraction)
         loss = batch_loss(model, tokenizer, pairs)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

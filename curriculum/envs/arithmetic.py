@@ -57,6 +57,10 @@ class Arithmetic:
     def format_answer(self, task: Task) -> str:
         return task.answer
 
+    def tool_code(self, task: Task) -> str:
+        """A program whose output is the answer (the expression itself, a notebook cell): the warm-up's tool call."""
+        return task.text
+
     def score(self, task: Task, completion: str) -> float:
         value = extract_int(completion)
         return float(value is not None and str(value) == task.answer)
