@@ -198,14 +198,16 @@ class RoleConfig:
 
 
 @dataclass
-class SolverConfig(RoleConfig):
-    # Tools the solver may call while it answers, over several turns: [python] runs <python>...</python>
-    # blocks in the sandbox and appends <output>...</output> (masked out of the loss); [] = one completion.
+class ToolUseConfig:
+    """Multi-turn tool use, the same keys in each role (solver.tools, challenger.tools, ...)."""
+
+    # Tools the role may call while it writes, over several turns: [python] runs <python>...</python> blocks
+    # in the sandbox and appends <output>...</output> (masked out of the loss); [] = one completion.
     tools: list[str] = field(default_factory=list)
-    # Most turns of one answer with tools (a turn ends at a tool call or the answer); a call in the last turn
-    # leaves the answer unfinished (scored 0).
+    # Most turns of one completion with tools (a turn ends at a tool call or the final text); a call in the
+    # last turn leaves the completion unfinished (a solver's answer scores 0, a challenger's proposal is rejected).
     max_turns: int = 3
-    # Put before the solver's prompt when tools are on (chat prompts: at the start of the system message).
+    # Put before the role's prompt when tools are on (chat prompts: at the start of the system message).
     tool_prompt: str = DEFAULT_TOOL_PROMPT
     # Characters of a tool's output shown in an observation (longer output is cut, marked ...[cut]).
     tool_output_chars: int = 256
@@ -213,6 +215,16 @@ class SolverConfig(RoleConfig):
     tool_timeout_s: float = 2.0
     # Sandbox worker processes that run the tool calls of a batch in parallel.
     tool_workers: int = 2
+
+
+@dataclass
+class ChallengerConfig(ToolUseConfig, RoleConfig):
+    """The challenger: a role that may run tools before it proposes (its proposal is its last turn's text)."""
+
+
+@dataclass
+class SolverConfig(ToolUseConfig, RoleConfig):
+    """The solver: a role that may run tools before it answers (its answer is its last turn's text)."""
 
 
 @dataclass
@@ -361,7 +373,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     prompt: PromptConfig = field(default_factory=PromptConfig)
-    challenger: RoleConfig = field(default_factory=RoleConfig)
+    challenger: ChallengerConfig = field(default_factory=ChallengerConfig)
     solver: SolverConfig = field(default_factory=SolverConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     curriculum: CurriculumConfig = field(default_factory=CurriculumConfig)
@@ -673,6 +685,13 @@ _NON_NEGATIVE = Range(0, None)
 _FRACTION = Range(0, 1)
 _SEED = Range(0, 2**63 - 1)
 # Upper bounds are far beyond any sane run; they catch typos (1e9 for 1e3) before they cost memory or time.
+_TOOL_RANGES = {
+    "max_turns": Range(1, 64),
+    "tool_output_chars": Range(1, 1 << 16),
+    "tool_timeout_s": Range(0, 60, open_lo=True),
+    "tool_workers": Range(1, 64),
+}
+
 _ROLE_RANGES = {
     "batch_prompts": Range(1, 1 << 16),
     "group_size": Range(2, 1 << 12),  # group-relative advantages need two samples
@@ -730,10 +749,7 @@ RANGES: dict[str, Range] = {
     "curriculum.filter_max_batches": Range(1, 1000),
     "curriculum.adaptive_floor": _NON_NEGATIVE,
     "curriculum.label_check_rate": _FRACTION,
-    "solver.max_turns": Range(1, 64),
-    "solver.tool_output_chars": Range(1, 1 << 16),
-    "solver.tool_timeout_s": Range(0, 60, open_lo=True),
-    "solver.tool_workers": Range(1, 64),
+    **{f"{role}.{key}": r for role in ("challenger", "solver") for key, r in _TOOL_RANGES.items()},
     "train.rounds": Range(1, 9999),  # checkpoint names hold the round in four digits
     "eval.seed": _SEED,
     "eval.per_level": Range(1, 1000),  # the benchmark draws up to 50x this many tasks per level
@@ -806,9 +822,13 @@ def _check_choices(cfg: Config) -> None:
               f"model.attn_implementation {cfg.model.attn_implementation!r}; choose from {', '.join(kernels)}, or empty")
     _need(cfg.rl.backend in ("auto", "torch", "triton"), f"rl.backend {cfg.rl.backend!r}; choose auto, torch or triton")
     _need(cfg.wandb.mode in ("offline", "online", "disabled"), f"wandb.mode {cfg.wandb.mode!r}; choose offline, online or disabled")
-    for name in cfg.solver.tools:
-        _need(name in TOOLS, f"solver.tools: {name!r} is not a tool; choose from {sorted(TOOLS)}")
-    _need(len(set(cfg.solver.tools)) == len(cfg.solver.tools), f"solver.tools ({cfg.solver.tools}) names a tool twice")
+    for role in ("challenger", "solver"):
+        tc: ToolUseConfig = getattr(cfg, role)
+        for name in tc.tools:
+            _need(name in TOOLS, f"{role}.tools: {name!r} is not a tool; choose from {sorted(TOOLS)}")
+        _need(len(set(tc.tools)) == len(tc.tools), f"{role}.tools ({tc.tools}) names a tool twice")
+        _need(not tc.tools or tc.max_turns >= 2, f"{role}.tools ({tc.tools}) needs {role}.max_turns >= 2 (got "
+              f"{tc.max_turns}): a tool's output is read in the next turn")
     for role in ("challenger", "solver"):
         lc: LossConfig = getattr(cfg, role).loss
         _need(lc.estimator in ESTIMATORS, f"{role}.loss.estimator {lc.estimator!r}; choose from {sorted(ESTIMATORS)}")
@@ -836,9 +856,6 @@ def _check_combinations(cfg: Config) -> None:
     _need(ec.greedy or ec.samples > 0, "eval.greedy=false and eval.samples=0 leave nothing to evaluate")
     _need(ec.samples == 0 or ec.temperature > 0,
           f"eval.samples ({ec.samples}) > 0 needs eval.temperature > 0 (got {ec.temperature}): greedy samples are all the same")
-    _need(not cfg.solver.tools or cfg.solver.max_turns >= 2,
-          f"solver.tools ({cfg.solver.tools}) needs solver.max_turns >= 2 (got {cfg.solver.max_turns}): a tool's "
-          "output is read in the next turn")
     stages = cfg.challenger.steps + 1 + cfg.solver.steps
     _need(stages <= MAX_STAGES, f"challenger.steps ({cfg.challenger.steps}) + 1 + solver.steps ({cfg.solver.steps}) must "
                                 f"be <= {MAX_STAGES} (checkpoint names hold the stage of a round in three digits)")

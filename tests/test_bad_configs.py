@@ -42,6 +42,11 @@ OVERRIDES = [
     ("tool-twice", ["solver.tools=[python, python]"], "names a tool twice"),
     ("tool-one-turn", ["solver.tools=[python]", "solver.max_turns=1"], "needs solver.max_turns >= 2 (got 1)"),
     ("tool-not-a-list", ["solver.tools=python"], "solver.tools must be a list"),
+    ("challenger-tool-unknown", ["challenger.tools=[bash]"], "challenger.tools: 'bash' is not a tool; choose from"),
+    ("challenger-tool-twice", ["challenger.tools=[python, python]"], "challenger.tools (['python', 'python']) names a tool twice"),
+    ("challenger-tool-one-turn", ["challenger.tools=[python]", "challenger.max_turns=1"],
+     "needs challenger.max_turns >= 2 (got 1)"),
+    ("challenger-tool-workers", ["challenger.tool_workers=0"], "challenger.tool_workers"),
     ("tool-timeout-zero", ["solver.tool_timeout_s=0"], "solver.tool_timeout_s (0.0) must be in (0, 60]"),
     ("tool-output-zero", ["solver.tool_output_chars=0"], "solver.tool_output_chars (0) must be in [1, 65536]"),
     # types
