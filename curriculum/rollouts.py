@@ -5,7 +5,8 @@ runs a role on a contiguous share of the units, sampling through ``generate`` wi
 derived from (run.seed, round, phase, step), and the results are gathered in unit order,
 so every rank holds the same proposals, attempts and scores. Generated tokens are counted
 per role (the model's own, not a tool's observations): the compute axis of the curriculum
-comparison. With ``solver.tools`` the solver samples over several turns (``curriculum.engine.tools``).
+comparison. A role with tools (``solver.tools``, ``challenger.tools``) samples over several turns
+(``curriculum.engine.tools``).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import functools
 import hashlib
 
 from challenger.role import Challenger, Proposal
-from curriculum.config import Config, SolverConfig
+from curriculum.config import Config, ToolUseConfig
 from curriculum.engine.distributed import run_sharded
 from curriculum.engine.policy import ROLES
 from curriculum.engine.rollout import generate
@@ -25,8 +26,9 @@ from solver.tools import TOOLS, Toolbox
 TOOL_MEMORY_MB = 256
 
 
-def make_tools(sc: SolverConfig) -> Toolbox | None:
-    """The solver's tools (``solver.tools``) on this process's shared sandbox pool; None without tools."""
+def make_tools(sc: ToolUseConfig) -> Toolbox | None:
+    """A role's tools (``solver.tools``, ``challenger.tools``) on this process's shared sandbox pool; None
+    without tools."""
     if not sc.tools:
         return None
     from curriculum.envs.code_output import shared_sandbox
@@ -55,8 +57,9 @@ class Rollouts:
         self.solver = solver
         self.progress = progress
         self.tokens = {r: 0 for r in ROLES}  # generated tokens per role, cumulative
-        self.tools = make_tools(cfg.solver)
-        self.sandbox_s = 0.0  # seconds the solver's rollouts waited on tool calls (the trainer resets it)
+        self.role_tools = {r: make_tools(getattr(cfg, r)) for r in ROLES}
+        self.tools = self.role_tools["solver"]  # the solver's: eval and the solver's metrics use them
+        self.sandbox_s = 0.0  # seconds the rollouts of both roles waited on tool calls (the trainer resets it)
 
     def propose(self, prompts: list[str], parts: tuple, desc: str, kinds: list[str] | None = None) -> list[Proposal]:
         """One proposal per prompt (G repeats of a prompt form a group), parsed by the environment as a task of
@@ -69,6 +72,7 @@ class Rollouts:
         items = list(zip(prompts, kinds or [""] * len(prompts)))
         proposals = self.sharded(items, self.cfg.challenger.group_size, work, parts)
         self._count("challenger", [p.completion for p in proposals])
+        self.sandbox_s += sum(getattr(p.completion, "sandbox_s", 0.0) for p in proposals)
         return proposals
 
     def attempt(self, tasks: list, m: int, parts: tuple, desc: str, temperature: float = 0.0) -> list[Attempt]:
@@ -97,9 +101,9 @@ class Rollouts:
         overrides the configured one), seeded."""
         sc = getattr(self.cfg, name).sampling
         role = self.roles[name].activate()
-        fn = generate
-        if name == "solver" and self.tools is not None:
-            fn = functools.partial(generate_with_tools, tools=self.tools, max_turns=self.cfg.solver.max_turns)
+        fn, tools = generate, self.role_tools[name]
+        if tools is not None:
+            fn = functools.partial(generate_with_tools, tools=tools, max_turns=getattr(self.cfg, name).max_turns)
         return functools.partial(fn, role.model, self.tokenizer, max_new_tokens=sc.max_new_tokens,
                                  temperature=temperature or sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size,
                                  seed=seed, desc=desc, progress=self.progress, style=self.style)

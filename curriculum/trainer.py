@@ -34,7 +34,7 @@ from curriculum.engine.policy import ROLES, build_roles, load_base, resolve_devi
 from curriculum.engine.prompts import render_prompt, resolve_style
 from curriculum.engine.rollout import pack
 from curriculum.engine.rl import group_ids_for
-from curriculum.engine.tools import tool_stats
+from curriculum.engine.tools import Trajectory, tool_stats
 from curriculum.envs import Task, benchmark, make_env, task_types, typed
 from curriculum.errors import ConfigError
 from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores, tool_passes
@@ -45,6 +45,7 @@ from curriculum.rundir import RunDir, RunLock, claim
 from curriculum.signals import StopOnSignal
 from curriculum.sources import LevelSampler
 from solver.role import Attempt, Solver, has_signal, solve_rates
+from solver.tools import with_tool_prompt
 from solver.verifier import label_accuracy, solve_rate
 
 log = logging.getLogger("selfplay")
@@ -194,7 +195,7 @@ class SelfPlayTrainer:
         self.write_task_log(r)
         self.evaluate(r)
         times = {"time/round_s": time.time() - t0}
-        if self.rollouts.tools is not None:
+        if any(t is not None for t in self.rollouts.role_tools.values()):
             times["time/sandbox_s"] = self.rollouts.sandbox_s
         self.monitor.log({**times, **self.rollouts.token_stats(), **self.env_stats()}, round=r, phase="round")
         if self.dist.is_main:
@@ -220,12 +221,15 @@ class SelfPlayTrainer:
     def propose(self, r: int, phase: str, step: int, n: int) -> list[Proposal]:
         """Generation: the challenger samples ``n`` proposals, G per prompt; the environment parses each.
 
-        Each group's prompt carries ``curriculum.references`` reference tasks from the pool.
+        Each group's prompt carries ``curriculum.references`` reference tasks from the pool. With
+        ``challenger.tools`` it announces them (``challenger.tool_prompt``) and a proposal is its last turn's text.
         """
         g = self.cfg.challenger.group_size
         rng = random.Random(derive_seed(self.cfg.run.seed, r, phase, step, "references"))
         kinds = self._group_kinds(len(range(0, n, g)), rng)
         prompts = [self.challenger.prompt(self._references(rng, kind), kind=kind) for kind in kinds]
+        if self.cfg.challenger.tools:
+            prompts = [with_tool_prompt(p, self.cfg.challenger.tool_prompt) for p in prompts]
         return self.rollouts.propose([prompts[i // g] for i in range(n)], (r, phase, step), f"propose r{r}",
                                      kinds=[kinds[i // g] for i in range(n)])
 
@@ -307,6 +311,8 @@ class SelfPlayTrainer:
                        self._group_ids("challenger", [p.kind for p in proposals]), self.tokenizer.pad_token_id)
         out = self._update("challenger", rollout, r, step)
         out.update({f"challenger/{k}": v for k, v in stats.items()})
+        if self.cfg.challenger.tools:
+            out.update({f"challenger/{k}": v for k, v in tool_stats([p.completion for p in proposals]).items()})
         out.update(checks)
         out.update(self.rollouts.token_stats())
         self.monitor.log(out, round=r, phase="update_challenger")
@@ -499,7 +505,8 @@ class SelfPlayTrainer:
 
     def _record_tasks(self, r: int, phase: str, proposals: list[Proposal], rewards, accepted) -> None:
         """One record per proposal: the challenger's prompt and the solver's as the models read them,
-        the proposal, what parsing made of it, its solve rate and label (reference or majority answer)."""
+        the proposal, what parsing made of it, its solve rate and label (reference or majority answer);
+        with ``challenger.tools`` also its whole trajectory (calls and observations)."""
         rendered: dict[str, str] = {}
         for i, p in enumerate(proposals):
             self.task_log.append({
@@ -512,6 +519,7 @@ class SelfPlayTrainer:
                 "prompt": self.tokenizer.decode(p.completion.prompt_ids),
                 "solver_prompt": (rendered.setdefault(p.task.text, render_prompt(self.tokenizer, self.solver.prompt(p.task),
                                                                                   self.style)) if p.valid else None),
+                **({"trajectory": p.completion.trajectory} if isinstance(p.completion, Trajectory) else {}),
             })
 
     def write_task_log(self, r: int) -> None:

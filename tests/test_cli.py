@@ -159,6 +159,27 @@ def test_the_solver_calls_its_tools_in_the_loop(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_challenger_proposes_through_the_turn_loop(tmp_path):
+    """challenger.tools for a tiny round: the challenger's prompts announce the tools, its proposals go
+    through the multi-turn sampler and its tool use is logged."""
+    run = tmp_path / "run"
+    proc = selfplay("train", "configs/demo_cpu.yaml", *TINY_OVERRIDES, f"model.warmup.cache_dir={tmp_path / 'cache'}",
+                    "challenger.tools=[python]", "challenger.tool_prompt='py: '", "challenger.sampling.max_new_tokens=32",
+                    "train.rounds=1", "--run-dir", run)
+    assert_quiet(proc)
+    recs = metrics(run)
+    (step,) = [r for r in recs if r["phase"] == "update_challenger"]
+    assert 0 <= step["challenger/tool_calls_mean"] < 2 and 1 <= step["challenger/turns_mean"] <= 3
+    assert 0 <= step["challenger/tool_error_rate"] <= 1
+    assert "solver/tool_calls_mean" not in {k for r in recs for k in r}  # the solver has no tools
+    (last,) = [r for r in recs if r["phase"] == "round"]
+    assert last["time/sandbox_s"] >= 0
+    tasks = [json.loads(line) for line in (run / "tasks" / "round_0001.jsonl").read_text().splitlines()]
+    assert tasks and all(t["prompt"].endswith("py: Q:") for t in tasks)  # the tool prompt, then the environment's
+    assert all(t["trajectory"].endswith(t["text"]) for t in tasks)  # the proposal is the last turn
+
+
+@pytest.mark.slow
 def test_plugins_from_the_readme_train_and_resume(tmp_path):
     """The README's environment and reward, as a run.plugins file: train, then resume in a fresh process."""
     readme = (ROOT / "README.md").read_text()

@@ -130,9 +130,9 @@ def generate_with_tools(model, tokenizer, prompts: list, *, tools: Tools, max_tu
     return run_turns(sample, tokenizer, ids, tools, max_turns=max_turns, max_new_tokens=max_new_tokens, seed=seed)
 
 
-def tool_stats(trajectories: list[Trajectory], scores: list[float]) -> dict[str, float]:
-    """Tool use of scored trajectories: calls and turns per trajectory, the share of calls that failed
-    (any status but ok) and timed out, and the solve rate of answers with and without a call (each only
+def tool_stats(trajectories: list[Trajectory], scores: list[float] | None = None) -> dict[str, float]:
+    """Tool use of trajectories: calls and turns per trajectory, the share of calls that failed (any status
+    but ok) and timed out, and with ``scores`` the solve rate of answers with and without a call (each only
     when there are such answers)."""
     statuses = [s for t in trajectories for s in t.tool_statuses]
     out = {
@@ -141,6 +141,8 @@ def tool_stats(trajectories: list[Trajectory], scores: list[float]) -> dict[str,
         "tool_error_rate": float(np.mean([s != "ok" for s in statuses])) if statuses else 0.0,
         "tool_timeout_rate": float(np.mean([s == "timeout" for s in statuses])) if statuses else 0.0,
     }
+    if scores is None:
+        return out
     used = [s for t, s in zip(trajectories, scores) if t.tool_calls]
     unused = [s for t, s in zip(trajectories, scores) if not t.tool_calls]
     if used:

@@ -3,13 +3,15 @@ with the real sandbox behind the tools."""
 import pytest
 import torch
 
+from challenger.role import Challenger
 from curriculum.engine import tiny
 from curriculum.engine.prompts import TokenIds
 from curriculum.engine.rl import compute_advantages, policy_loss
 from curriculum.engine.rollout import Completion, pack
 from curriculum.engine.tools import generate_with_tools, run_turns, tool_stats
+from curriculum.envs import make_env
 from solver.sandbox import Sandbox
-from solver.tools import CUT, PythonTool, Toolbox
+from solver.tools import CUT, PythonTool, Toolbox, with_tool_prompt
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +209,39 @@ def test_a_real_model_through_generate(tok, box):
         assert t.prompt_ids == tok(text)["input_ids"] and len(t.mask) == len(t.completion_ids)
         assert t.model_tokens <= 24 and t.turns >= 1
         assert t.trajectory == tok.decode(t.completion_ids, skip_special_tokens=True)
+
+
+# ------------------------------------------------------------------ the challenger with tools
+
+
+def test_challenger_proposes_through_the_turn_loop(tok, box):
+    """challenger.tools: the challenger runs its program, reads the output and proposes in its last turn;
+    the environment parses that turn alone, and the observation gets no place in the challenger's update."""
+    env = make_env("arithmetic", num_levels=3)
+    ch = Challenger(env)
+    prompt = with_tool_prompt(ch.prompt(), "Run it first.\n")
+    sample = Scripted(tok, {prompt: ["<python>3+4</python>", "3+4"]})
+
+    def propose_sample(ps):
+        return run_turns(sample, tok, prompts(tok, *ps), tools_on(box), max_turns=2, max_new_tokens=64, seed=0)
+
+    ran, = ch.propose([prompt], propose_sample)
+    assert ran.completion.trajectory == "<python>3+4</python><output>7</output>3+4"
+    assert ran.completion.text == "3+4" and ran.valid and ran.task.text == env.parse_proposal("3+4").text
+    # a call in the last turn leaves no proposal: rejected as unfinished, never an exception
+    stuck = Scripted(tok, {prompt: ["<python>3+4</python>"] * 2})
+    late, = ch.propose([prompt], lambda ps: run_turns(stuck, tok, prompts(tok, *ps), tools_on(box), max_turns=2,
+                                                      max_new_tokens=64))
+    assert not late.valid and not late.completion.finished
+    # the challenger's update: the packed rollout trains the call and the proposal, not the observation
+    obs = enc(tok, "<output>7</output>")
+    call = enc(tok, "<python>3+4</python>")
+    c = ran.completion
+    assert c.mask == [1] * len(call) + [0] * len(obs) + [1] * (len(enc(tok, "3+4")) + 1)
+    roll = pack([c, late.completion], [1.0, -1.0], [0, 0], tok.pad_token_id)
+    p = len(c.prompt_ids)
+    start = p - 1 + len(call)  # position t predicts token t+1
+    assert roll.response_mask[0, start : start + len(obs)].sum() == 0
+    assert int(roll.response_mask[0].sum()) == c.model_tokens == len(c.completion_ids) - len(obs)
+    assert tool_stats([c, late.completion]) == {"tool_calls_mean": 1.0, "turns_mean": 2.0, "tool_error_rate": 0.0,
+                                                "tool_timeout_rate": 0.0}
