@@ -368,6 +368,22 @@ class DistributedConfig:
 
 
 @dataclass
+class RolloutConfig:
+    # What samples every rollout (proposals, probes, solver attempts, eval): hf (transformers generate; the path
+    # bit-exact resume covers) or vllm (a vLLM engine beside the trainer, weights pushed after each update).
+    engine: str = "hf"
+    # vllm: share of the accelerator's memory the engine may take (it shares the device with training).
+    gpu_memory_utilization: float = 0.3
+    # vllm: release the engine's weights and KV cache while the roles train (CUDA only; ignored on a CPU).
+    sleep: bool = True
+    # vllm: truncated importance sampling: each token's policy loss weighted by min(exp(trainer - engine
+    # log-prob), tis_cap), for the gap between the engine's and the trainer's numerics; 0 = off.
+    tis_cap: float = 2.0
+    # vllm: longest prompt + completion in tokens; 0 = the model's max_position_embeddings.
+    max_model_len: int = 0
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -384,6 +400,7 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     rl: RLConfig = field(default_factory=RLConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
 
 
 # Where the solver's tasks come from (curriculum.mode).
@@ -393,8 +410,8 @@ MODES = ("selfplay", "uniform", "uniform_filtered", "adaptive")
 _FREE_KEYS = {"env.kwargs"}
 
 # Keys that may change when a run is resumed; every other change is refused.
-# distributed.*: checkpoints are independent of the engine and the number of ranks.
-RESUMABLE_KEYS = ("train.rounds", "run.dir", "run.threads", "log.", "wandb.", "checkpoint.", "distributed.")
+# distributed.*: checkpoints are independent of the engine and the number of ranks; rollout.*: of the sampling engine.
+RESUMABLE_KEYS = ("train.rounds", "run.dir", "run.threads", "log.", "wandb.", "checkpoint.", "distributed.", "rollout.")
 
 
 def is_resumable(key: str) -> bool:
@@ -763,6 +780,9 @@ RANGES: dict[str, Range] = {
     "distributed.zero_stage": Range(0, 3),
     "distributed.micro_batch_size": _NON_NEGATIVE,
     "distributed.timeout_s": Range(1, 10**7),
+    "rollout.gpu_memory_utilization": Range(0, 1, open_lo=True),
+    "rollout.tis_cap": _NON_NEGATIVE,  # and 0 or >= 1: _check_rollout
+    "rollout.max_model_len": Range(0, 1 << 24),
 }
 # Checkpoint names hold the stage inside a round in three digits (round_0002+003).
 MAX_STAGES = 999
@@ -779,6 +799,7 @@ def validate(cfg: Config) -> None:
     _check_choices(cfg)
     _check_combinations(cfg)
     _check_distributed(cfg)
+    _check_rollout(cfg)
     _check_paths(cfg)
     _check_device(cfg)
     _check_env(cfg)
@@ -968,6 +989,18 @@ def _check_distributed(cfg: Config) -> None:
               "model.share_base=true with distributed.zero_stage=3: two engines cannot partition one shared base; "
               "use zero_stage 0-2 (the frozen base is replicated, adapters and their optimizer states are sharded) "
               "or model.share_base=false")
+
+
+def _check_rollout(cfg: Config) -> None:
+    rc = cfg.rollout
+    _need(rc.engine in ("hf", "vllm"), f"rollout.engine {rc.engine!r}; choose hf or vllm")
+    _need(rc.tis_cap == 0 or rc.tis_cap >= 1, f"rollout.tis_cap ({rc.tis_cap}) must be >= 1, or 0 (off)")
+    if rc.engine == "vllm":
+        import importlib.util
+
+        _need(importlib.util.find_spec("vllm") is not None,
+              "rollout.engine=vllm but the vllm package is not installed in this environment: pip install vllm "
+              "(CUDA; see the README's 'vLLM rollouts'), or use rollout.engine=hf")
 
 
 def to_yaml(cfg: Config) -> str:

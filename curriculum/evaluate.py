@@ -15,10 +15,10 @@ from curriculum.checkpoint import read_state
 from curriculum.config import load_config
 from curriculum.envs import Task, benchmark, make_env
 from curriculum.engine.prompts import resolve_style
-from curriculum.engine.rollout import generate
+from curriculum.engine.rollout import HFEngine
 from curriculum.engine.tools import generate_with_tools
 from curriculum.errors import ConfigError
-from curriculum.rollouts import make_tools
+from curriculum.rollouts import make_engine, make_tools
 from curriculum.rundir import RunDir
 from challenger.role import Challenger
 from solver.role import Solver
@@ -35,14 +35,17 @@ NO_TOOLS = "eval/no_tools/accuracy"
 @torch.no_grad()
 def solver_scores(role, tokenizer, env, tasks: list[Task], *, k: int, temperature: float, max_new_tokens: int,
                   batch_size: int, seed: int, style: str = "plain", tools=None, max_turns: int = 1,
-                  tool_prompt: str = "") -> list[list[float]]:
+                  tool_prompt: str = "", engine=None) -> list[list[float]]:
     """``k`` scores per task (0 for an unfinished answer): greedy when ``temperature`` is 0, else sampled from
     ``seed``; prompts rendered in ``style`` (chat or plain). With ``tools`` (``make_tools``) the solver
-    answers over up to ``max_turns`` turns, its prompts announcing them with ``tool_prompt``."""
-    role.activate()
+    answers over up to ``max_turns`` turns, its prompts announcing them with ``tool_prompt``. ``engine`` samples
+    (``make_engine``; transformers' generate by default)."""
+    engine = engine or HFEngine()
     greedy = temperature == 0
-    fn = generate if tools is None else functools.partial(generate_with_tools, tools=tools, max_turns=max_turns)
-    sample = functools.partial(fn, role.model, tokenizer, max_new_tokens=max_new_tokens, greedy=greedy,
+    fn = engine.generate
+    if tools is not None:
+        fn = functools.partial(generate_with_tools, tools=tools, max_turns=max_turns, sample_fn=engine.generate)
+    sample = functools.partial(fn, role, tokenizer, max_new_tokens=max_new_tokens, greedy=greedy,
                                temperature=1.0 if greedy else temperature, batch_size=batch_size, seed=seed,
                                style=style)
     solver = Solver(env, tool_prompt if tools is not None else "")
@@ -95,7 +98,7 @@ def frontier_level(report: dict[str, float], prefix: str) -> int:
 
 
 def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_size: int,
-                    style: str = "plain", cfg=None, tools=None) -> dict[str, float]:
+                    style: str = "plain", cfg=None, tools=None, engine=None) -> dict[str, float]:
     """Greedy accuracy and/or mean@k on ``tasks``, per level, and ``eval/frontier_level``.
 
     Sampling is seeded from ``eval_cfg.seed`` alone, so every round is scored on the
@@ -107,7 +110,7 @@ def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_siz
     for prefix, k, temperature, kw in runs:
         scores = solver_scores(role, tokenizer, env, tasks, k=k, temperature=temperature,
                                max_new_tokens=eval_cfg.max_new_tokens, batch_size=batch_size, seed=eval_cfg.seed,
-                               style=style, **kw)
+                               style=style, engine=engine, **kw)
         report.update(accuracy_report(tasks, scores, prefix))
     report["eval/frontier_level"] = frontier_level(report, passes(eval_cfg)[-1][0])
     return report
@@ -130,8 +133,12 @@ def evaluate_run(run_dir: Path) -> dict:
     role, tokenizer = load_solver(cfg, latest, env, {t.text for t in tasks}, Challenger(env).prompt,
                                   functools.partial(solver.demonstration, output_chars=cfg.solver.tool_output_chars))
     style = resolve_style(cfg.prompt.style, tokenizer)
-    results = evaluate_solver(role, tokenizer, env, tasks, cfg.eval, cfg.solver.sampling.batch_size, style,
-                              cfg=cfg, tools=make_tools(cfg.solver))
+    engine = make_engine(cfg, {"solver": role}, next(role.model.parameters()).device)  # the run's rollout.engine
+    try:
+        results = evaluate_solver(role, tokenizer, env, tasks, cfg.eval, cfg.solver.sampling.batch_size, style,
+                                  cfg=cfg, tools=make_tools(cfg.solver), engine=engine)
+    finally:
+        engine.close()
     results["round"] = int(read_state(latest)["round"])
     results["checkpoint"] = str(latest)
     return results

@@ -17,7 +17,7 @@ from challenger.role import Challenger, Proposal
 from curriculum.config import Config, ToolUseConfig
 from curriculum.engine.distributed import run_sharded
 from curriculum.engine.policy import ROLES
-from curriculum.engine.rollout import generate
+from curriculum.engine.rollout import HFEngine
 from curriculum.engine.tools import generate_with_tools
 from solver.role import Attempt, Solver
 from solver.tools import TOOLS, Toolbox
@@ -37,6 +37,17 @@ def make_tools(sc: ToolUseConfig) -> Toolbox | None:
     return Toolbox({name: TOOLS[name](box, sc.tool_timeout_s) for name in sc.tools}, sc.tool_output_chars)
 
 
+def make_engine(cfg: Config, roles: dict, device):
+    """The sampling engine of ``rollout.engine`` for ``roles`` (name -> Role): the one switch every rollout
+    (propose, probe, solve, eval) goes through. ``hf``: transformers' generate on the role's module;
+    ``vllm``: a vLLM engine beside the trainer (``curriculum.engine.vllm_engine``)."""
+    if cfg.rollout.engine == "vllm":
+        from curriculum.engine.vllm_engine import VLLMEngine
+
+        return VLLMEngine(cfg, roles, device)
+    return HFEngine()
+
+
 def derive_seed(*parts) -> int:
     """A 63-bit seed from any tuple of parts (stable across processes and Python versions)."""
     digest = hashlib.sha256(repr(parts).encode()).digest()
@@ -47,8 +58,9 @@ class Rollouts:
     """Proposals of the challenger and attempts of the solver, sharded over ``dist``'s ranks."""
 
     def __init__(self, cfg: Config, dist, roles: dict, tokenizer, challenger: Challenger, solver: Solver,
-                 progress: bool = False, style: str = "plain"):
+                 progress: bool = False, style: str = "plain", engine=None):
         self.cfg = cfg
+        self.engine = engine or HFEngine()  # what samples (rollout.engine): make_engine
         self.style = style  # prompt style, resolved: chat or plain
         self.dist = dist
         self.roles = roles
@@ -100,11 +112,11 @@ class Rollouts:
         """``sample(prompts) -> completions`` of role ``name`` at its sampling settings (``temperature`` > 0
         overrides the configured one), seeded."""
         sc = getattr(self.cfg, name).sampling
-        role = self.roles[name].activate()
-        fn, tools = generate, self.role_tools[name]
+        fn, tools = self.engine.generate, self.role_tools[name]
         if tools is not None:
-            fn = functools.partial(generate_with_tools, tools=tools, max_turns=getattr(self.cfg, name).max_turns)
-        return functools.partial(fn, role.model, self.tokenizer, max_new_tokens=sc.max_new_tokens,
+            fn = functools.partial(generate_with_tools, tools=tools, max_turns=getattr(self.cfg, name).max_turns,
+                                   sample_fn=self.engine.generate)
+        return functools.partial(fn, self.roles[name], self.tokenizer, max_new_tokens=sc.max_new_tokens,
                                  temperature=temperature or sc.temperature, top_p=sc.top_p, batch_size=sc.batch_size,
                                  seed=seed, desc=desc, progress=self.progress, style=self.style)
 

@@ -40,7 +40,7 @@ from curriculum.errors import ConfigError
 from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores, tool_passes
 from curriculum.monitor import Monitor, NullMonitor
 from curriculum.pool import PoolEntry, TaskPool, near_band, quantiles
-from curriculum.rollouts import Rollouts, derive_seed
+from curriculum.rollouts import Rollouts, derive_seed, make_engine
 from curriculum.rundir import RunDir, RunLock, claim
 from curriculum.signals import StopOnSignal
 from curriculum.sources import LevelSampler
@@ -85,7 +85,7 @@ class SelfPlayTrainer:
         self.roles = self._build_roles()
         self.style = resolve_style(cfg.prompt.style, self.tokenizer)  # chat or plain
         self.rollouts = Rollouts(cfg, self.dist, self.roles, self.tokenizer, self.challenger, self.solver, self.progress,
-                                 style=self.style)
+                                 style=self.style, engine=make_engine(cfg, self.roles, self.device))
         cc = cfg.curriculum
         self.pool = TaskPool(cc.pool_capacity, cc.max_age, cc.sampler)
         self.levels = LevelSampler(self.env, cc.max_level, adaptive=cc.mode == "adaptive", floor=cc.adaptive_floor)
@@ -162,7 +162,8 @@ class SelfPlayTrainer:
                 self.monitor.close()
 
     def close(self) -> None:
-        """Release the run directory and the process group."""
+        """Release the rollout engine, the run directory and the process group."""
+        self.rollouts.engine.close()
         if self.lock is not None:
             self.lock.release()
         self.dist.close()
@@ -458,7 +459,7 @@ class SelfPlayTrainer:
             def work(tasks: list[Task], seed: int, k=k, temperature=temperature, tools=tools) -> list[list[float]]:
                 return solver_scores(self.roles["solver"], self.tokenizer, self.env, tasks, k=k, temperature=temperature,
                                      max_new_tokens=ec.max_new_tokens, batch_size=self.cfg.solver.sampling.batch_size,
-                                     seed=seed, style=self.style, **tools)
+                                     seed=seed, style=self.style, engine=self.rollouts.engine, **tools)
 
             seed = derive_seed(ec.seed, "rank", self.dist.rank) if temperature > 0 and self.dist.world > 1 else ec.seed
             scores = run_sharded(self.dist, [[t] for t in self.benchmark], work, lambda u: seed, per_unit=False)
@@ -491,11 +492,15 @@ class SelfPlayTrainer:
     def _update(self, name: str, rollout, r: int, step: int) -> dict[str, float]:
         rc = getattr(self.cfg, name)
         t0 = time.time()
+        self.rollouts.engine.release()  # a vLLM engine frees its memory while the role trains
         stats = grpo_update(self.roles[name], rollout, rc.loss, grad_clip=rc.optim.grad_clip,
                             norm_len=rc.sampling.max_new_tokens,  # Dr. GRPO's constant, whatever the prompt length
                             backend=self.cfg.rl.backend, seed=derive_seed(self.cfg.run.seed, r, name, "minibatch", step),
-                            dist=self.dist)
-        self.steps[name] += int(stats.pop("optimizer_steps"))
+                            dist=self.dist, tis_cap=self.cfg.rollout.tis_cap)
+        steps = int(stats.pop("optimizer_steps"))
+        self.steps[name] += steps
+        if steps:
+            self.roles[name].version += 1  # the engine pushes these weights before the role samples again
         out = {f"{name}/{k}": v for k, v in stats.items()}
         out[f"{name}/steps"] = self.steps[name]
         out[f"time/{name}_update_s"] = time.time() - t0

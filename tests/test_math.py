@@ -82,7 +82,7 @@ def test_pool_tasks_carry_the_majority_label_and_its_share(tmp_path, monkeypatch
                               "curriculum.probe_samples=4", "curriculum.label_check_rate=0",
                               "curriculum.fill_max_batches=1"])  # one fill batch: its probe's label and share
     # four probe answers: 1/2, 0.5 and \frac{1}{2} are one answer (3 of 4), 3 another
-    monkeypatch.setattr("curriculum.rollouts.generate",
+    monkeypatch.setattr("curriculum.engine.rollout.generate",
                         fake_generate(["\\boxed{1/2}", "so \\boxed{0.5}", "\\boxed{3}", "\\boxed{\\frac{1}{2}}"]))
     trainer = SelfPlayTrainer(cfg)
     try:
@@ -93,7 +93,7 @@ def test_pool_tasks_carry_the_majority_label_and_its_share(tmp_path, monkeypatch
         assert all(r["label"] == "1/2" and r["solve_rate"] == 0.75 and r["accepted"] for r in recs)
         assert recs[0]["solver_prompt"] == render_prompt(trainer.tokenizer, trainer.env.solver_prompt(entry.task), "chat")
         # the solver is now graded against the label, not against a new majority (3)
-        monkeypatch.setattr("curriculum.rollouts.generate",
+        monkeypatch.setattr("curriculum.engine.rollout.generate",
                             fake_generate(["\\boxed{3}", "\\boxed{0.5}", "\\boxed{3}", "\\boxed{3}"]))
         tasks, attempts, _ = trainer.solver_batch(1, 0)
         assert {t.answer for t in tasks} == {"1/2"}

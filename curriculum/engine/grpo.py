@@ -17,7 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip: float, norm_len: int | None = None,
-                backend: str = "auto", seed: int = 0, dist: SingleProcess | None = None) -> dict[str, float]:
+                backend: str = "auto", seed: int = 0, dist: SingleProcess | None = None,
+                tis_cap: float = 0.0) -> dict[str, float]:
     """Advantages -> clipped-surrogate steps over minibatches -> averaged statistics.
 
     ``norm_len`` is the constant that ``seq-mean-token-sum-norm`` divides by, required with that
@@ -34,10 +35,15 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
     schedule untouched) and counted in ``nonfinite_steps``: one bad batch must not
     poison the weights that the next checkpoint saves.
     A role with a DeepSpeed engine takes ``engine_update`` (any number of ranks).
+
+    With the sampling engine's log-probs (``rollout.rollout_logprobs``, a vLLM rollout) and
+    ``tis_cap`` > 0, each token's policy loss is weighted by ``min(exp(old - engine), tis_cap)``
+    (truncated importance sampling, as verl's): the engine's numerics differ from the trainer's,
+    so its samples are slightly off-policy even right after a weight sync.
     """
     if role.engine is not None:
         return engine_update(role, rollout, loss_cfg, norm_len=norm_len, backend=backend, seed=seed,
-                             dist=dist or SingleProcess())
+                             dist=dist or SingleProcess(), tis_cap=tis_cap)
     role.activate()
     model = role.model
     device = next(model.parameters()).device
@@ -65,11 +71,14 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
             mask_bt = batch.response_mask[idx]
             logp_bt, ent_bt = packed_logprobs(model, batch.input_ids[idx], batch.attention_mask[idx], mask_bt,
                                               with_entropy=True, backend=backend)
+            old_bt = logp_bt.detach() if old_logp_bt is None else old_logp_bt[idx]
+            adv, tis_stats = truncated_is(adv_n[idx], old_bt, batch.rollout_logprobs, idx, mask_bt, tis_cap)
             loss, stats = policy_loss(
-                logp_bt, logp_bt.detach() if old_logp_bt is None else old_logp_bt[idx], adv_n[idx], mask_bt,
+                logp_bt, old_bt, adv, mask_bt,
                 **_loss_kwargs(loss_cfg, norm_len), ref_logp=None if ref_logp_bt is None else ref_logp_bt[idx],
                 backend=backend,
             )
+            stats.update(tis_stats)
             loss.backward()
             grad_norm = global_grad_norm(role.params)
             if not (math.isfinite(grad_norm) and math.isfinite(float(loss.detach()))):
@@ -101,6 +110,30 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
         response_tokens_mean=float(batch.response_mask.sum(-1).mean()),
     )
     return out
+
+
+def truncated_is(adv_b: torch.Tensor, old_bt: torch.Tensor, engine_bt: torch.Tensor | None, idx: torch.Tensor,
+                 mask_bt: torch.Tensor, cap: float) -> tuple[torch.Tensor, dict[str, float]]:
+    """The advantages with truncated importance weights folded in, and statistics of the engine gap.
+
+    ``adv_b`` [b]; ``old_bt`` [b, T] the trainer's behaviour log-probs; ``engine_bt`` the whole batch's
+    engine log-probs (``Rollout.rollout_logprobs``, rows ``idx``) or None. Returns ``adv_b`` unchanged
+    without engine log-probs or with ``cap`` 0, else [b, T] ``A * min(exp(old - engine), cap)``: the
+    weight is positive and detached, so it scales each token's clipped-surrogate loss (dual-clip
+    included) exactly as verl's ``pg_loss * tis_weight`` does; the KL term is not weighted.
+    Statistics: ``engine_logprob_gap`` (mean |old - engine| over the tokens) and ``tis_capped_frac``.
+    """
+    if engine_bt is None:
+        return adv_b, {}
+    m = mask_bt != 0
+    delta_bt = (old_bt.detach() - engine_bt[idx].to(old_bt.dtype)).masked_fill(~m, 0.0)
+    tokens = _nonzero(float(m.sum()))
+    stats = {"engine_logprob_gap": float(delta_bt.abs().sum()) / tokens}
+    if cap <= 0:
+        return adv_b, stats
+    ratio_bt = delta_bt.exp()
+    stats["tis_capped_frac"] = float(((ratio_bt > cap) & m).sum()) / tokens
+    return adv_b[:, None].to(ratio_bt.dtype) * ratio_bt.clamp(max=cap), stats
 
 
 def _loss_kwargs(loss_cfg: LossConfig, norm_len: int | None) -> dict:
@@ -141,7 +174,7 @@ def _plan(n: int, mb: int, epochs: int, gen: torch.Generator, rank: int, world: 
 
 
 def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, norm_len: int | None, backend: str,
-                  seed: int, dist: SingleProcess) -> dict[str, float]:
+                  seed: int, dist: SingleProcess, tis_cap: float = 0.0) -> dict[str, float]:
     """``grpo_update`` through a DeepSpeed engine, each rank taking 1/world of every minibatch.
 
     ``rollout`` is the global batch (identical on every rank). A micro-batch's loss is
@@ -181,10 +214,13 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, norm_le
             m = m.to(device)
             mask_bt = batch.response_mask[m]
             logp_bt, ent_bt = logprobs(m, with_entropy=True)
+            old_bt = logp_bt.detach() if old is None else old[j][k]
+            adv, tis_stats = truncated_is(adv_n[m], old_bt, batch.rollout_logprobs, m, mask_bt, tis_cap)
             loss, stats = policy_loss(
-                logp_bt, logp_bt.detach() if old is None else old[j][k], adv_n[m], mask_bt,
+                logp_bt, old_bt, adv, mask_bt,
                 **_loss_kwargs(loss_cfg, norm_len), ref_logp=None if ref is None else ref[j][k], backend=backend,
             )
+            stats.update(tis_stats)
             share = _denominator(mask_bt, loss_cfg.aggregation) / total
             engine.backward(loss * (share * dist.world), scale_wrt_gas=False)
             engine.step()

@@ -40,6 +40,8 @@ class Role:
     engine: Any = None
     # Keeps transformers aware of ZeRO-3 (generate() then steps ranks in sync) while alive.
     hf_ds_config: Any = None
+    # Updates applied so far (a rollout engine with its own copy of the weights re-syncs when it changes).
+    version: int = 0
 
     def activate(self) -> "Role":
         """Make this role's adapter the active one (no-op for full models)."""

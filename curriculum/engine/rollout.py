@@ -1,4 +1,11 @@
-"""Sampling completions and packing them into padded training batches."""
+"""Sampling completions and packing them into padded training batches.
+
+Every rollout (proposals, probes, solver attempts, eval) samples through an engine that
+``curriculum.rollouts.make_engine`` picks from ``rollout.engine``: ``HFEngine`` (transformers
+``generate`` on the role's own module, the default and the path bit-exact resume covers) or
+``VLLMEngine`` (``curriculum.engine.vllm_engine``). Both take token-id prompts and return
+``Completion``s.
+"""
 from __future__ import annotations
 
 import inspect
@@ -23,6 +30,9 @@ class Completion:
     text: str
     finished: bool
     mask: list[int] | None = None
+    # The engine's log-prob of each completion token (0 for an observation); None where the engine gives none
+    # (transformers' generate: its samples come from the trainer's own weights and numerics).
+    logprobs: list[float] | None = None
 
     @property
     def model_tokens(self) -> int:
@@ -38,6 +48,8 @@ class Rollout:
     response_mask: [B, T-1], 1 where position t predicts a completion token
         (aligned with ``sequence_logprobs`` output).
     rewards: [B] float; group_ids: [B] int64, one id per GRPO group.
+    rollout_logprobs: [B, T-1] the sampling engine's log-probs where ``response_mask`` is 1, or None
+        (truncated importance sampling corrects for the engine's numerics with them).
     """
 
     input_ids: torch.Tensor
@@ -45,15 +57,20 @@ class Rollout:
     response_mask: torch.Tensor
     rewards: torch.Tensor
     group_ids: torch.Tensor
+    rollout_logprobs: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    def _map(self, fn) -> "Rollout":
+        return Rollout(*(None if t is None else fn(t) for t in (self.input_ids, self.attention_mask, self.response_mask,
+                                                                self.rewards, self.group_ids, self.rollout_logprobs)))
+
     def select(self, idx: torch.Tensor) -> "Rollout":
-        return Rollout(*(t[idx] for t in (self.input_ids, self.attention_mask, self.response_mask, self.rewards, self.group_ids)))
+        return self._map(lambda t: t[idx])
 
     def to(self, device) -> "Rollout":
-        return Rollout(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.response_mask, self.rewards, self.group_ids)))
+        return self._map(lambda t: t.to(device))
 
 
 def encode_prompts(tokenizer, prompts: list[Prompt], style: str = "plain") -> list[list[int]]:
@@ -113,6 +130,22 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, te
     return out
 
 
+class HFEngine:
+    """transformers' ``generate`` on the role's own module: samples come from the weights being trained."""
+
+    name = "hf"
+
+    def generate(self, role, tokenizer, prompts: list[Prompt], **kwargs) -> list[Completion]:
+        """``generate`` on ``role``'s module (its adapter made active), same keywords."""
+        return generate(role.activate().model, tokenizer, prompts, **kwargs)
+
+    def release(self) -> None:
+        """Nothing to free before an update: the trainer's module is the sampler."""
+
+    def close(self) -> None:
+        """Nothing to shut down."""
+
+
 def _cache_kwarg(module) -> str:
     """The name a model's forward gives its KV cache: ``cache`` (transformers 5.x) or ``past_key_values``."""
     base = module.get_base_model() if hasattr(module, "get_base_model") else module
@@ -170,7 +203,8 @@ def prompt_cache(model, ids_bw: torch.Tensor, attn_bw: torch.Tensor):
 
 def pack(completions: list[Completion], rewards: list[float], group_ids: list[int], pad_id: int) -> Rollout:
     """Right-pad prompt + completion into a Rollout; a completion's ``mask`` zeroes its observation
-    tokens in ``response_mask`` (no log-prob, advantage or loss there)."""
+    tokens in ``response_mask`` (no log-prob, advantage or loss there). ``rollout_logprobs`` is set when
+    every completion carries the engine's log-probs."""
     rows = [c.prompt_ids + c.completion_ids for c in completions]
     width = max(map(len, rows))
     n = len(rows)
@@ -186,4 +220,13 @@ def pack(completions: list[Completion], rewards: list[float], group_ids: list[in
             if len(c.mask) != len(c.completion_ids):
                 raise ValueError(f"completion {i}: mask has {len(c.mask)} entries for {len(c.completion_ids)} tokens")
             resp[i, p - 1 : len(row) - 1] = torch.tensor(c.mask, dtype=torch.float32)
-    return Rollout(ids, attn, resp, torch.tensor(rewards, dtype=torch.float32), torch.tensor(group_ids, dtype=torch.long))
+    engine_lp = None
+    if completions and all(c.logprobs is not None for c in completions):
+        engine_lp = torch.zeros((n, width - 1), dtype=torch.float32)
+        for i, (c, row) in enumerate(zip(completions, rows)):
+            if len(c.logprobs) != len(c.completion_ids):
+                raise ValueError(f"completion {i}: {len(c.logprobs)} log-probs for {len(c.completion_ids)} tokens")
+            p = len(c.prompt_ids)
+            engine_lp[i, p - 1 : len(row) - 1] = torch.tensor(c.logprobs, dtype=torch.float32)
+    return Rollout(ids, attn, resp, torch.tensor(rewards, dtype=torch.float32), torch.tensor(group_ids, dtype=torch.long),
+                   engine_lp)

@@ -61,7 +61,7 @@ Sample = Callable[[list[TokenIds], int, "int | None"], list[Completion]]
 def run_turns(sample: Sample, tokenizer, prompt_ids: list[list[int]], tools: Tools, *, max_turns: int,
               max_new_tokens: int, seed: int | None = None) -> list[Trajectory]:
     """One trajectory per prompt (see the module docstring); turn k samples with ``seed + k``."""
-    trajs = [Trajectory(list(p), [], "", False, mask=[]) for p in prompt_ids]
+    trajs = [Trajectory(list(p), [], "", False, mask=[], logprobs=[]) for p in prompt_ids]
     active = list(range(len(trajs)))
     for turn in range(max_turns):
         if not active:
@@ -75,6 +75,8 @@ def run_turns(sample: Sample, tokenizer, prompt_ids: list[list[int]], tools: Too
             ids, text, finished, call = _cut_turn(tokenizer, out, left, tools)
             t.completion_ids += ids
             t.mask += [1] * len(ids)
+            # the engine's log-probs, where it gives them (a turn without them leaves the trajectory without)
+            t.logprobs = None if t.logprobs is None or out.logprobs is None else t.logprobs + out.logprobs[: len(ids)]
             t.turns += 1
             if call is None:  # an answer: done
                 t.text, t.finished = text, finished
@@ -87,11 +89,15 @@ def run_turns(sample: Sample, tokenizer, prompt_ids: list[list[int]], tools: Too
             t = trajs[i]
             t.completion_ids += obs
             t.mask += [0] * len(obs)
+            if t.logprobs is not None:
+                t.logprobs += [0.0] * len(obs)
             t.tool_statuses.append(result.status)
             t.sandbox_s += result.seconds
         active = callers
     for t in trajs:
         t.trajectory = tokenizer.decode(t.completion_ids, skip_special_tokens=True)
+        if t.turns == 0:
+            t.logprobs = None
     return trajs
 
 
@@ -120,11 +126,13 @@ def _cut_turn(tokenizer, out: Completion, budget: int, tools: Tools) -> tuple[li
 
 
 def generate_with_tools(model, tokenizer, prompts: list, *, tools: Tools, max_turns: int, max_new_tokens: int,
-                        seed: int | None = None, style: str = "plain", **kwargs) -> list[Trajectory]:
-    """``generate``'s signature and seeding, over several turns with ``tools`` (see the module docstring)."""
+                        seed: int | None = None, style: str = "plain", sample_fn: Callable = generate,
+                        **kwargs) -> list[Trajectory]:
+    """``generate``'s signature and seeding, over several turns with ``tools`` (see the module docstring).
+    ``sample_fn(model, tokenizer, prompts, **kw)`` samples each turn (an engine's ``generate`` with its role)."""
 
     def sample(batch: list[TokenIds], n: int, s: int | None) -> list[Completion]:
-        return generate(model, tokenizer, batch, max_new_tokens=n, seed=s, style=style, **kwargs)
+        return sample_fn(model, tokenizer, batch, max_new_tokens=n, seed=s, style=style, **kwargs)
 
     ids = [encode_prompt(tokenizer, p, style) for p in prompts]
     return run_turns(sample, tokenizer, ids, tools, max_turns=max_turns, max_new_tokens=max_new_tokens, seed=seed)

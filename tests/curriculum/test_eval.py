@@ -38,7 +38,6 @@ def test_greedy_and_sampled_eval_are_reproducible(setup):
 
 
 def test_eval_aggregates_per_tier_and_over_samples(setup, monkeypatch):
-    import curriculum.evaluate as evaluate
     from curriculum.engine.rollout import Completion
 
     solver, tok, env, tasks = setup
@@ -55,7 +54,7 @@ def test_eval_aggregates_per_tier_and_over_samples(setup, monkeypatch):
             out.append(Completion([], [], t.answer if right else "x", finished=t.level != 3))
         return out
 
-    monkeypatch.setattr(evaluate, "generate", fake_generate)
+    monkeypatch.setattr("curriculum.engine.rollout.generate", fake_generate)  # what the default engine samples with
     res = evaluate_solver(solver, tok, env, tasks, EvalConfig(greedy=False, temperature=1.0, samples=2), batch_size=8)
     assert res["eval/mean_at_k/tier_1"] == 1.0
     assert res["eval/mean_at_k/tier_2"] == 0.5
