@@ -6,6 +6,7 @@
 #   3. the advantage and log-prob benchmarks on CUDA;
 #   4. one self-play round of a random-init Qwen2-0.5B-architecture model (scripts/gpu_check_selfplay.py):
 #      rollout and training tokens/s, model FLOPs utilisation (selfplay*.json);
+#      the same round with rollouts on vLLM when it imports (VLLM_PYTHON), HF vs vLLM side by side;
 #   5. one round of configs/math_single_gpu.yaml (chat prompts, majority labels, LoRA) on a random-init
 #      Qwen2-0.5B-architecture model through the CLI (scripts/gpu_check_math.py; math/math.json).
 # Results go to $OUT (default ./gpu_check_out): gpu_check.txt (everything), bench.json.
@@ -143,6 +144,19 @@ timeout 300 "$PY" scripts/gpu_check_selfplay.py --out "$OUT/selfplay.json" 2>&1 
 step "self-play round: random-init Qwen2-0.5B architecture, LoRA on a shared base (tokens/s, MFU)"
 timeout 240 "$PY" scripts/gpu_check_selfplay.py --lora --out "$OUT/selfplay_lora.json" 2>&1 | tail -6
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+
+# The same round with every rollout on vLLM (rollout.engine=vllm), beside the hf figures above.
+# vLLM pins its own torch: VLLM_PYTHON names an environment that has it (default: $PY).
+VPY="${VLLM_PYTHON:-$PY}"
+if "$VPY" -c "import vllm" 2>/dev/null; then
+  step "self-play round on vLLM rollouts: full models, then LoRA (tokens/s, MFU, greedy match with HF)"
+  timeout 300 "$VPY" scripts/gpu_check_selfplay.py --engine vllm --out "$OUT/selfplay_vllm.json" 2>&1 | tail -7
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+  timeout 240 "$VPY" scripts/gpu_check_selfplay.py --engine vllm --lora --out "$OUT/selfplay_vllm_lora.json" 2>&1 | tail -7
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+else
+  step "self-play round on vLLM rollouts: not run, vllm does not import in $VPY (set VLLM_PYTHON)"
+fi
 # ---------------------------------------------------------------------------------------
 
 step "math environment: configs/math_single_gpu.yaml, one short round, random-init Qwen2-0.5B architecture"

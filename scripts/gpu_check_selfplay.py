@@ -1,6 +1,7 @@
 """One self-play round of a random-init model with Qwen2-0.5B's architecture: throughput and MFU.
 
     python scripts/gpu_check_selfplay.py --out OUT/selfplay.json            # on a GPU (bf16)
+    python scripts/gpu_check_selfplay.py --engine vllm --out OUT/selfplay_vllm.json   # rollouts on vLLM
     GPU_CHECK_SMOKE=1 python scripts/gpu_check_selfplay.py --out /tmp/s.json  # CPU dry run, tiny model
 
 The model is written to a temporary local directory (nothing is downloaded) with the
@@ -15,6 +16,11 @@ tokens through the GRPO update), and model FLOPs utilisation against the bf16 de
 (H200: 989 TFLOP/s), counting 2N FLOPs per generated token and 8N per trained token
 (a no-grad forward for the behaviour log-probs, then forward + backward), N = parameters
 without the embedding.
+
+``--engine vllm`` samples every rollout on the vLLM engine (``rollout.engine=vllm``); its
+rollout seconds include pushing the weights after each update. After the solver's update the
+engine's greedy completions are compared with transformers' from the same weights
+(``greedy_match``: the share of identical completions; bf16 kernels may differ in a few).
 """
 from __future__ import annotations
 
@@ -43,7 +49,8 @@ PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}
 QWEN2_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                  num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096, rope_theta=1e6,
                  rms_norm_eps=1e-6, tie_word_embeddings=True)
-TINY = dict(QWEN2_05B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+# head size 32: the smallest vLLM's CPU attention takes
+TINY = dict(QWEN2_05B, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, vocab_size=512)
 
 
@@ -72,6 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--lora", action="store_true", help="LoRA on a shared base instead of two full models")
+    ap.add_argument("--engine", choices=("hf", "vllm"), default="hf", help="rollout.engine")
     args = ap.parse_args()
     from curriculum.rollouts import derive_seed
     from curriculum.trainer import SelfPlayTrainer
@@ -89,12 +97,13 @@ def main() -> None:
             f"solver.sampling.max_new_tokens={new_tokens}", "challenger.sampling.batch_size=512",
             "solver.sampling.batch_size=512", f"challenger.loss.minibatch_size={prompts * g // 4}",
             f"solver.loss.minibatch_size={prompts * g // 4}", "curriculum.probe_samples=4", "eval.per_level=2",
-            "wandb.mode=disabled", "log.progress=false", "env.kwargs={num_levels: 6}",
+            "wandb.mode=disabled", "log.progress=false", "env.kwargs={num_levels: 6}", f"rollout.engine={args.engine}",
         ]
         cfg = load_config(None, overrides)
         trainer = SelfPlayTrainer(cfg)
         res = {"device": torch.cuda.get_device_name() if dev == "cuda" else "cpu-smoke", "params_non_embedding": n_params,
-               "lora": args.lora, "group_size": g, "prompts": prompts, "max_new_tokens": new_tokens}
+               "lora": args.lora, "engine": args.engine, "group_size": g, "prompts": prompts,
+               "max_new_tokens": new_tokens}
         rollout_tokens = rollout_s = train_tokens = train_s = 0.0
 
         def timed(fn):
@@ -126,6 +135,14 @@ def main() -> None:
         _, dt = timed(lambda: trainer._update("solver", batch, 1, 0))
         train_tokens += float(batch.attention_mask.sum())
         train_s += dt
+        if args.engine == "vllm":  # the engine samples the updated weights
+            from curriculum.engine.rollout import generate
+
+            solver = trainer.roles["solver"]
+            asks = [trainer.solver.prompt(t) for t in tasks]
+            theirs = trainer.rollouts.engine.generate(solver, trainer.tokenizer, asks, max_new_tokens=32, greedy=True)
+            ours = generate(solver.activate().model, trainer.tokenizer, asks, max_new_tokens=32, greedy=True)
+            res["greedy_match"] = sum(a.completion_ids == b.completion_ids for a, b in zip(theirs, ours)) / len(asks)
         peak = peak_tflops()
         res.update(rollout_tokens=rollout_tokens, rollout_s=rollout_s, rollout_tokens_per_s=rollout_tokens / rollout_s,
                    train_tokens=train_tokens, train_s=train_s, train_tokens_per_s=train_tokens / train_s,

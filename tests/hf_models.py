@@ -32,13 +32,14 @@ def qwen_tokenizer():
                                    chat_template=CHAT_TEMPLATE)
 
 
-def qwen_model(tokenizer, layers: int = 1, seed: int = 0):
+def qwen_model(tokenizer, layers: int = 1, seed: int = 0, hidden: int = 32, heads: int = 2, kv_heads: int = 1,
+               tied: bool = True):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096,
-                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+    config = Qwen2Config(vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                         num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=4096,
+                         tie_word_embeddings=tied, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     return Qwen2ForCausalLM(config)
 
