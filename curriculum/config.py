@@ -91,7 +91,7 @@ class WarmupConfig:
     # torch threads of the warm-up, whatever run.threads says: the warmed-up model (and the cache
     # entry) depends on the thread count, so one seed gives one starting model on any machine.
     threads: int = 1
-    # Directory caching warmed-up models by config hash; empty string disables the cache.
+    # Directory caching warmed-up models by a hash of the config, seed, thread count, library versions and warm-up/generator code; empty string disables the cache.
     cache_dir: str = "~/.cache/selfplay"
 
 

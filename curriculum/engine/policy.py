@@ -130,11 +130,39 @@ def load_tokenizer(cfg: Config):
     return tokenizer
 
 
+def warmup_sources(env, tools: bool) -> list[Path]:
+    """The source files whose code shapes a warmed-up model: the warm-up and prompt code, the environment's
+    module (its generator and formats; every built-in environment module, since they share helpers) and,
+    with tools, the tool demonstrations'."""
+    import inspect
+
+    here = Path(__file__).resolve().parent
+    files = {here / "tiny.py", here / "prompts.py", Path(inspect.getfile(type(env))).resolve()}
+    envs = here.parent / "envs"
+    if envs in Path(inspect.getfile(type(env))).resolve().parents:
+        files |= set(envs.glob("*.py"))
+    if tools:
+        solver = here.parents[1] / "solver"
+        files |= {solver / "tools.py", solver / "role.py"}
+    return sorted(files)
+
+
+def warmup_code_digest(env, tools: bool) -> str:
+    """SHA-256 over ``warmup_sources``: a changed generator or warm-up never reuses a stale cached model."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for path in warmup_sources(env, tools):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
 def warmup_key(cfg: Config, env, challenger_prompt=None) -> dict:
     """Everything the warmed-up embedded model depends on: its cache entry is named by this dict's hash.
 
     The config parts that shape it, the seed, the warm-up's thread count (its arithmetic
-    depends on it) and the torch and transformers versions.
+    depends on it), the torch and transformers versions and the code that generates and
+    trains on its examples (``warmup_code_digest``).
     """
     import transformers
 
@@ -148,7 +176,8 @@ def warmup_key(cfg: Config, env, challenger_prompt=None) -> dict:
             "env": cfg.env.name, "env_kwargs": dict(cfg.env.kwargs), "seed": cfg.run.seed,
             "eval": [cfg.eval.seed, cfg.eval.per_level], "references": references,
             "example_prompt": challenger_prompt([]) if references else env.challenger_prompt(),
-            "torch": torch.__version__, "transformers": transformers.__version__, "version": 3}
+            "torch": torch.__version__, "transformers": transformers.__version__, "version": 3,
+            "code": warmup_code_digest(env, bool(tools))}
 
 
 def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_prompt=None, tool_demo=None):

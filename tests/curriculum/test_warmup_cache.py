@@ -32,6 +32,24 @@ def test_key_changes_with_what_changes_the_model(monkeypatch):
     assert key() != base
 
 
+def test_key_changes_with_the_code_that_generates_the_examples(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    import curriculum.engine.policy as policy
+
+    env = make_env("arithmetic", num_levels=2)
+    sources = {p.name for p in policy.warmup_sources(env, tools=False)}
+    assert {"tiny.py", "prompts.py", "arithmetic.py", "ladder.py"} <= sources  # warm-up, prompts, generators
+    assert "tools.py" not in sources and "tools.py" in {p.name for p in policy.warmup_sources(env, tools=True)}
+    generator = tmp_path / "generator.py"
+    generator.write_text("def sample_task(level): return level\n")
+    monkeypatch.setattr(policy, "warmup_sources", lambda env, tools: [generator, Path(tiny.__file__)])
+    before = key()
+    assert key() == before  # the same code: the same entry
+    generator.write_text("def sample_task(level): return level + 1\n")
+    assert key() != before
+
+
 def test_warmup_runs_on_its_own_thread_count(tmp_path, monkeypatch):
     seen = []
     real = tiny.warm_up
