@@ -9,6 +9,7 @@ Every rollout (proposals, probes, solver attempts, eval) samples through an engi
 from __future__ import annotations
 
 import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -115,10 +116,11 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, te
         cache = prompt_cache(model, ids.to(device), attn.to(device)) if share_prompts else None
         if cache is not None:
             kwargs[_cache_kwarg(model)] = cache  # generate's keyword is the model forward's
-        seqs = model.generate(
-            input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new_tokens,
-            eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=pad, **kwargs,
-        ).cpu()
+        with _plain_generation_config(model):
+            seqs = model.generate(
+                input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new_tokens,
+                eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=pad, **kwargs,
+            ).cpu()
         for i, row in enumerate(chunk):
             new = seqs[i, width:].tolist()
             end = next((j for j, t in enumerate(new) if t in stops), None)
@@ -144,6 +146,30 @@ class HFEngine:
 
     def close(self) -> None:
         """Nothing to shut down."""
+
+
+@contextmanager
+def _plain_generation_config(model):
+    """``model.generate`` with none of the loaded model's sampling defaults.
+
+    transformers fills every sampling option a call leaves unset from the model's own
+    ``generation_config`` (an instruct model's ``repetition_penalty``, ``top_k``, ``min_p``, ...),
+    which would sample from another distribution than the one the loss scores. Inside this
+    context that config holds only the special token ids: samples follow the call's settings alone.
+    """
+    from transformers import GenerationConfig
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    own = getattr(base, "generation_config", None)
+    if own is None:
+        yield
+        return
+    ids = {k: getattr(own, k, None) for k in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")}
+    base.generation_config = GenerationConfig(**{k: v for k, v in ids.items() if v is not None})
+    try:
+        yield
+    finally:
+        base.generation_config = own
 
 
 def _cache_kwarg(module) -> str:

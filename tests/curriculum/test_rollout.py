@@ -111,3 +111,25 @@ def test_generation_stops_once_every_row_has_finished():
     out = generate(model, tok, ["Q:"] * 6, max_new_tokens=50, seed=0)
     assert all(c.finished and len(c.completion_ids) == 2 and c.completion_ids[-1] == eos for c in out)
     assert len(steps) == 2  # two sampling steps: none after every row ended
+
+
+def test_a_models_own_sampling_defaults_do_not_leak_into_rollouts():
+    """An instruct model ships sampling defaults (repetition penalty, top-k, min-p) in its generation config;
+    transformers would apply them on top of ours, sampling another distribution than the loss scores."""
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    model = build_model(tok, 32, 1, 2, 64)
+    plain = generate(model, tok, ["Q: 1+2="] * 8, max_new_tokens=12, seed=3)
+    model.generation_config.repetition_penalty = 50.0
+    model.generation_config.top_k = 1
+    model.generation_config.min_p = 0.9
+    shipped = generate(model, tok, ["Q: 1+2="] * 8, max_new_tokens=12, seed=3)
+    assert [c.completion_ids for c in shipped] == [c.completion_ids for c in plain]
+    assert model.generation_config.repetition_penalty == 50.0  # the model's own config is left as it was
+    # what transformers does with them: a different distribution (greedy-like, no repeats)
+    ids = torch.tensor([tok("Q: 1+2=")["input_ids"]] * 8)
+    torch.manual_seed(3)
+    raw = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=True,
+                         pad_token_id=tok.pad_token_id)[:, ids.shape[1]:]
+    assert len({tuple(r) for r in raw.tolist()}) == 1  # top_k=1: every row the same
+    assert len({tuple(c.completion_ids) for c in plain}) > 1
