@@ -90,8 +90,10 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, te
     template's end of turn), which it keeps; ``finished`` is False if none came within
     ``max_new_tokens``; sampling stops once every row has finished. Reproducible: the
     sampling stream is seeded from ``seed`` alone, so the same weights and seed give the
-    same completions whatever ran before. ``share_prompts``: a prompt repeated in a batch
-    (a GRPO group) is prefilled once (``prompt_cache``); off gives plain ``model.generate``.
+    same completions whatever ran before. ``share_prompts`` (on): a prompt repeated in a batch
+    (a GRPO group) is prefilled once (``prompt_cache``) and ``decode`` samples, running each
+    step only on the rows still going, with ``model.generate``'s random draws; off (or a model
+    ``decode`` cannot drive, ``plain_decoder``) gives plain ``model.generate``.
     """
     if seed is not None:
         torch.manual_seed(seed)
@@ -112,17 +114,20 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, te
         for i, row in enumerate(chunk):  # left padding, so every row ends at the prompt's end
             ids[i, width - len(row) :] = torch.tensor(row)
             attn[i, width - len(row) :] = 1
-        kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0)
-        cache = prompt_cache(model, ids.to(device), attn.to(device)) if share_prompts else None
-        if cache is not None:
-            kwargs[_cache_kwarg(model)] = cache  # generate's keyword is the model forward's
-        with _plain_generation_config(model):
-            seqs = model.generate(
-                input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new_tokens,
-                eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=pad, **kwargs,
-            ).cpu()
+        ids, attn = ids.to(device), attn.to(device)
+        if share_prompts and plain_decoder(model):
+            new_bn = decode(model, ids, attn, prompt_cache(model, ids, attn), max_new_tokens, greedy=greedy,
+                            temperature=temperature, top_p=top_p, stops=stops, pad=pad).cpu()
+        else:
+            kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_p=top_p,
+                                                                top_k=0)
+            with _plain_generation_config(model):
+                new_bn = model.generate(
+                    input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens,
+                    eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=pad, **kwargs,
+                ).cpu()[:, width:]
         for i, row in enumerate(chunk):
-            new = seqs[i, width:].tolist()
+            new = new_bn[i].tolist()
             end = next((j for j, t in enumerate(new) if t in stops), None)
             finished = end is not None
             new = new[: end + 1] if finished else [t for t in new if t != pad]
@@ -186,26 +191,97 @@ def _synced_ranks() -> bool:
     return is_deepspeed_zero3_enabled() and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def plain_decoder(model) -> bool:
+    """True for a decoder-only model with a plain ``DynamicCache`` and a separate decoder stack, outside a
+    ZeRO-3 group that must step its ranks together: what ``prompt_cache`` and ``decode`` drive."""
+    config = getattr(model, "config", None)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = base.get_decoder() if callable(getattr(base, "get_decoder", None)) else None
+    plain_cache = getattr(base, "_supports_default_dynamic_cache", lambda: False)()
+    prompt_tuning = getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False)
+    return not (config is None or getattr(config, "is_encoder_decoder", False) or not plain_cache
+                or decoder is None or decoder is base or prompt_tuning
+                or getattr(getattr(base, "generation_config", None), "cache_implementation", None) or _synced_ranks())
+
+
+@torch.no_grad()
+def decode(model, ids_bw: torch.Tensor, attn_bw: torch.Tensor, cache, max_new_tokens: int, *, greedy: bool,
+           temperature: float, top_p: float, stops: list[int], pad: int) -> torch.Tensor:
+    """[B, max_new_tokens] new tokens of left-padded prompts, ``pad`` after a row's stop token.
+
+    ``model.generate``'s sampling (float32 logits, temperature, then top-p, softmax and one
+    multinomial draw over all B rows per step, or argmax), with each step's forward run only
+    on the rows still going: a row that wrote a stop token leaves the batch and its KV cache.
+    The draw still covers all B rows (an ended row's slot holds a dummy distribution), and a
+    row's draw does not depend on the others', so the random stream and the samples are
+    ``generate``'s (tests hold them equal). ``cache``: ``prompt_cache``'s (each prompt but its
+    last token), or None to prefill here. Stops once every row has ended.
+    """
+    from transformers import DynamicCache
+
+    B, device = ids_bw.shape[0], ids_bw.device
+    out = torch.full((B, max_new_tokens), pad, dtype=torch.long, device=device)
+    past = cache if cache is not None else DynamicCache(config=model.config)
+    step_ids = ids_bw[:, -1:] if cache is not None else ids_bw
+    attn = attn_bw
+    live = torch.arange(B, device=device)  # the batch row of each row still going
+    stop = torch.tensor(stops, device=device)
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    kwargs = {_cache_kwarg(model): past}
+    if "logits_to_keep" in inspect.signature(base.forward).parameters:
+        kwargs["logits_to_keep"] = 1
+    for t in range(max_new_tokens):
+        positions = (attn.long().cumsum(-1) - 1).masked_fill(attn == 0, 1)[:, -step_ids.shape[1]:]
+        logits = model(input_ids=step_ids, attention_mask=attn, position_ids=positions, use_cache=True,
+                       **kwargs).logits[:, -1].float()
+        if greedy:
+            nxt = logits.argmax(-1)
+        else:
+            scores = logits / temperature
+            if top_p < 1.0:
+                scores = _top_p(scores, top_p)
+            probs = torch.zeros((B, scores.shape[-1]), dtype=scores.dtype, device=device)
+            probs[:, 0] = 1.0  # ended rows: a dummy distribution, drawn from so the stream stays generate's
+            probs[live] = scores.softmax(-1)
+            nxt = torch.multinomial(probs, num_samples=1).squeeze(1)[live]
+        out[live, t] = nxt
+        attn = torch.cat([attn, attn.new_ones((attn.shape[0], 1))], dim=-1)
+        going = ~torch.isin(nxt, stop)
+        if not going.all():
+            keep = going.nonzero().squeeze(1)
+            if keep.numel() == 0:
+                break
+            past.batch_select_indices(keep)
+            live, attn, nxt = live[keep], attn[keep], nxt[keep]
+        step_ids = nxt[:, None]
+    return out
+
+
+def _top_p(scores: torch.Tensor, top_p: float) -> torch.Tensor:
+    """transformers' ``TopPLogitsWarper`` (one token kept at least): the smallest set of tokens whose
+    probability reaches ``top_p``, the rest at -inf."""
+    sorted_scores, order = torch.sort(scores, descending=False)
+    remove = sorted_scores.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)
+    remove[..., -1:] = False
+    return scores.masked_fill(remove.scatter(1, order, remove), -float("inf"))
+
+
 @torch.no_grad()
 def prompt_cache(model, ids_bw: torch.Tensor, attn_bw: torch.Tensor):
     """The KV cache of each left-padded row's prompt but its last token, one forward per distinct prompt.
 
-    ``model.generate`` handed this cache runs only the rows' last prompt token before it samples,
-    so the G copies of a group's prompt cost one prefill instead of G. Nothing is sampled in a
-    prefill, so the sampling stream is that of a plain ``generate``: the same tokens up to float
-    rounding of the prompt's keys (tests hold greedy and float64 samples identical). None where
-    nothing repeats or the model's cache is not a plain ``DynamicCache`` (then ``generate`` prefills).
+    ``decode`` (or ``model.generate``) handed this cache runs only the rows' last prompt token
+    before it samples, so the G copies of a group's prompt cost one prefill instead of G.
+    Nothing is sampled in a prefill, so the sampling stream is that of a plain ``generate``: the
+    same tokens up to float rounding of the prompt's keys (tests hold greedy and float64 samples
+    identical). None where nothing repeats or the model is not a ``plain_decoder``.
     """
     from transformers import DynamicCache
 
     config = getattr(model, "config", None)
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     decoder = base.get_decoder() if callable(getattr(base, "get_decoder", None)) else None
-    plain_cache = getattr(base, "_supports_default_dynamic_cache", lambda: False)()
-    prompt_tuning = getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False)
-    if (ids_bw.shape[1] < 2 or config is None or getattr(config, "is_encoder_decoder", False) or not plain_cache
-            or decoder is None or decoder is base or prompt_tuning
-            or getattr(getattr(base, "generation_config", None), "cache_implementation", None) or _synced_ranks()):
+    if ids_bw.shape[1] < 2 or not plain_decoder(model):
         return None
     prefix_bw, mask_bw = ids_bw[:, :-1], attn_bw[:, :-1]
     keys = list(zip(map(tuple, prefix_bw.tolist()), map(tuple, mask_bw.tolist())))

@@ -54,9 +54,10 @@ def test_nested_progress_bar_stays_out_of_non_tty_logs(capsys):
 
 
 def test_shared_prompt_prefill_samples_what_plain_generate_samples():
-    """Prefilling each distinct prompt once draws nothing, so the seeded samples are plain generate's:
-    identical in float64 (sampled) and float32 (greedy), for the embedded Llama (also under LoRA) and a
-    Qwen2 in chat style."""
+    """Prefilling each distinct prompt once draws nothing, and ``decode`` draws what generate draws, so the
+    seeded samples are plain generate's: identical in float64 (sampled, with and without top-p) and float32
+    (greedy), for the embedded Llama (also under LoRA) and a Qwen2 in chat style. Rows end at different
+    steps here (random models write eos now and then), so ended rows leaving the batch is covered."""
     from peft import LoraConfig, get_peft_model
 
     from tests.hf_models import qwen_model, qwen_tokenizer
@@ -70,12 +71,13 @@ def test_shared_prompt_prefill_samples_what_plain_generate_samples():
     lora = get_peft_model(build_model(tok, 32, 1, 2, 64), LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
                                                                    init_lora_weights=False))
     for model, t, style in ((llama, tok, "plain"), (qwen, qtok, "chat"), (lora, tok, "plain")):
-        for dtype, greedy in ((torch.float64, False), (torch.float32, True), (torch.float32, False)):
+        for dtype, greedy, top_p in ((torch.float64, False, 1.0), (torch.float64, False, 0.7),
+                                     (torch.float32, True, 1.0), (torch.float32, False, 1.0)):
             model.to(dtype)
-            shared = generate(model, t, prompts, max_new_tokens=10, seed=3, greedy=greedy, style=style)
-            plain = generate(model, t, prompts, max_new_tokens=10, seed=3, greedy=greedy, style=style,
+            shared = generate(model, t, prompts, max_new_tokens=10, seed=3, greedy=greedy, top_p=top_p, style=style)
+            plain = generate(model, t, prompts, max_new_tokens=10, seed=3, greedy=greedy, top_p=top_p, style=style,
                              share_prompts=False)
-            assert [c.completion_ids for c in shared] == [c.completion_ids for c in plain], (style, dtype, greedy)
+            assert [c.completion_ids for c in shared] == [c.completion_ids for c in plain], (style, dtype, greedy, top_p)
             assert [c.prompt_ids for c in shared] == [c.prompt_ids for c in plain]
         model.float()
 
@@ -92,6 +94,36 @@ def test_each_distinct_prompt_is_prefilled_once():
     # the prefill: 3 distinct prompts but their last token; then all 24 rows, one token a step
     assert shapes[0] == (3, width - 1)
     assert shapes[1:] == [(24, 1)] * (len(shapes) - 1) and 1 <= len(shapes) - 1 <= 3
+
+
+def test_ended_rows_leave_the_batch_and_the_rest_sample_as_before():
+    tok = build_tokenizer()
+    eos = tok.eos_token_id
+    rows = []
+
+    def run(share: bool):
+        torch.manual_seed(0)
+        model = build_model(tok, 32, 1, 2, 64).double()
+        calls = []
+
+        def end_three(module, args, logits):  # at the second step, the first three rows write eos
+            calls.append(logits.shape[0])
+            if len(calls) == 2:
+                logits[:3, -1, eos] += 1e4
+            return logits
+
+        model.lm_head.register_forward_hook(end_three)
+        out = generate(model, tok, ["Q: 1+2="] * 6, max_new_tokens=8, seed=4, share_prompts=share)
+        rows.append(calls)
+        return out
+
+    ours, theirs = run(True), run(False)
+    assert [c.completion_ids for c in ours] == [c.completion_ids for c in theirs]
+    assert all(len(c.completion_ids) == 2 and c.finished for c in ours[:3])
+    # ours: 6 rows for two steps (the prefill runs the decoder alone), then the 3 still going;
+    # generate keeps all 6 to the end
+    assert rows[0][:2] == [6, 6] and set(rows[0][2:]) == {3}
+    assert set(rows[1][1:]) == {6}
 
 
 def test_generation_stops_once_every_row_has_finished():
