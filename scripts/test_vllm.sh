@@ -25,4 +25,5 @@ fi
 IOMP="$("$VENV/bin/python" -c 'import sys, pathlib; print(next(pathlib.Path(sys.prefix).glob("lib/libiomp5.so"), ""))')"
 export LD_PRELOAD="${IOMP}${LD_PRELOAD:+:$LD_PRELOAD}"
 export VLLM_ENABLE_V1_MULTIPROCESSING=0 OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions}"  # DeepSpeed's, built once
 "$VENV/bin/python" -m pytest -q tests/vllm "$@"

@@ -122,3 +122,18 @@ def test_gpu_check_selfplay_round_on_vllm_dry_run(tmp_path):
         res = json.loads(out.read_text())
         assert res["engine"] == "vllm" and res["rollout_tokens"] > 0 and res["train_tokens"] > 0
         assert res["greedy_match"] == 1.0  # float32 on the CPU: the engine samples the updated weights exactly
+
+
+def test_round_under_zero3_gathers_each_weight_for_the_engine(tmp_path):
+    """distributed.engine=deepspeed with ZeRO-3 partitions every weight (one rank here): the engine's pushes
+    gather them one at a time, and it still samples what the updated solver samples."""
+    trainer = _train(tmp_path, [*SMALL, "distributed.engine=deepspeed", "distributed.zero_stage=3"])
+    try:
+        role = trainer.roles["solver"]
+        assert any(hasattr(p, "ds_id") for p in role.model.parameters())  # partitioned
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(role.model.parameters())):
+            _same_as_hf(trainer)
+    finally:
+        trainer.close()
