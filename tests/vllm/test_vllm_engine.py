@@ -76,6 +76,12 @@ def test_round_on_tied_tiny_model(tmp_path):
         assert len(updates) == 2
         # truncated importance sampling saw the engine's log-probs: the gap is float rounding
         assert all(0 <= m["solver/engine_logprob_gap"] < 1e-3 for m in updates)
+        # `selfplay eval RUN` samples on the run's engine too, and scores the checkpoint as training did
+        from curriculum.evaluate import evaluate_run
+
+        last = [m for m in _metrics(trainer) if m.get("phase") == "eval"][-1]
+        again = evaluate_run(trainer.rundir.path)
+        assert again["eval/accuracy"] == last["eval/accuracy"] and again["round"] == 1
     finally:
         trainer.close()
 
