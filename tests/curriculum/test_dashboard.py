@@ -46,7 +46,8 @@ def write_run(run: Path, rounds: int = 3, gain: float = 0.05, extra: bool = Fals
                               "eval/mean_at_k/tier_2": 0.1, "eval/frontier_level": 1 + r // 2})
             lines[-1:-1] = [{"round": r, "phase": "update_solver", "time": 3.5, "solver/no_signal_fraction": 0.25,
                              "solver/generated_tokens": 1000 * (2 * r - 1 + step), "solver/tool_calls_mean": 1.5,
-                             "solver/tool_error_rate": 0.1, "challenger/generated_tokens": 500 * r}
+                             "solver/tool_error_rate": 0.1, "challenger/generated_tokens": 500 * r,
+                             "solver/engine_logprob_gap": 1e-6, "solver/tis_capped_frac": 0.0}
                             for step in range(2)]
     text = "".join(json.dumps(x) + "\n" for x in lines) + '[1, 2]\n{"phase": "eval"}\n{"round": 3, "phase": "ev'  # not records
     (run / "metrics.jsonl").write_text(text)
@@ -192,7 +193,7 @@ def test_difficulty_bands_drawn_when_the_quantiles_exist(tmp_path):
 
 
 NEW_CHARTS = ["mean@k per level", "Frontier level", "Pseudo-label accuracy", "Groups without signal",
-              "Generated tokens", "Tool use"]
+              "Generated tokens", "Tool use", "Rollout engine vs trainer (rollout.engine=vllm)"]
 
 
 def test_new_metrics_are_charted_when_present(tmp_path):
