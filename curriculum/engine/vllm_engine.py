@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 from contextlib import nullcontext
 from pathlib import Path
@@ -111,6 +112,7 @@ class VLLMEngine:
         self.synced: dict[str, int] = {}  # role -> the version the engine holds
         self.base_pushed = False
         self.adapters: dict[str, object] = {}  # role -> its current LoRARequest
+        self._adapter_dirs: dict[str, Path] = {}  # role -> where that adapter was saved
         self._next_adapter_id = 1
         self._dir = tempfile.TemporaryDirectory(prefix="selfplay-vllm-")
         model = next(iter(roles.values())).model
@@ -203,9 +205,11 @@ class VLLMEngine:
         old = self.adapters.get(role.name)
         request = LoRARequest(f"{role.name}-v{role.version}", self._next_adapter_id, str(where))
         self._next_adapter_id += 1
-        self.llm.llm_engine.add_lora(request)
+        self.llm.llm_engine.add_lora(request)  # read into the engine's memory now
         if old is not None:
             self.llm.llm_engine.remove_lora(old.lora_int_id)
+            shutil.rmtree(self._adapter_dirs.pop(role.name), ignore_errors=True)  # one saved adapter per role
+        self._adapter_dirs[role.name] = path
         self.adapters[role.name] = request
         self.synced[role.name] = role.version
         self.llm.reset_prefix_cache()

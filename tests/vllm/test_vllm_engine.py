@@ -107,6 +107,11 @@ def test_round_with_lora_adapters(tmp_path):
         engine = trainer.rollouts.engine
         assert set(engine.adapters) == {"challenger", "solver"}  # one adapter per role
         assert engine.synced["solver"] == trainer.roles["solver"].version
+        # only each role's current adapter stays on disk, however many updates there were
+        from pathlib import Path
+
+        saved = sorted(p.name for p in (Path(engine._dir.name) / "adapters").iterdir())
+        assert saved == sorted(f"{r}-{trainer.roles[r].version}" for r in ("challenger", "solver"))
     finally:
         trainer.close()
 
