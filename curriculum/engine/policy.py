@@ -137,9 +137,10 @@ def warmup_sources(env, tools: bool) -> list[Path]:
     import inspect
 
     here = Path(__file__).resolve().parent
-    files = {here / "tiny.py", here / "prompts.py", Path(inspect.getfile(type(env))).resolve()}
+    module = Path(inspect.getfile(type(env))).resolve()
+    files = {here / "tiny.py", here / "prompts.py", module}
     envs = here.parent / "envs"
-    if envs in Path(inspect.getfile(type(env))).resolve().parents:
+    if envs in module.parents:
         files |= set(envs.glob("*.py"))
     if tools:
         solver = here.parents[1] / "solver"

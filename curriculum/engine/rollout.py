@@ -126,15 +126,21 @@ def generate(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int, te
                     input_ids=ids, attention_mask=attn, max_new_tokens=max_new_tokens,
                     eos_token_id=stops[0] if len(stops) == 1 else stops, pad_token_id=pad, **kwargs,
                 ).cpu()[:, width:]
-        for i, row in enumerate(chunk):
-            new = new_bn[i].tolist()
-            end = next((j for j, t in enumerate(new) if t in stops), None)
-            finished = end is not None
-            new = new[: end + 1] if finished else [t for t in new if t != pad]
-            text = tokenizer.decode([t for t in new if t not in stops], skip_special_tokens=True)
-            out.append(Completion(row, new, text, finished))
+        out += [completion(row, new_bn[i].tolist(), stops, tokenizer, pad=pad) for i, row in enumerate(chunk)]
     model.train(was_training)
     return out
+
+
+def completion(prompt_ids: list[int], sampled: list[int], stops: list[int], tokenizer, *, pad: int | None = None,
+               logprobs: list[float] | None = None) -> Completion:
+    """The Completion of ``sampled`` ids: cut after its first stop token (kept), else whole but for ``pad``
+    ids (a batch's filler; None: keep all); ``logprobs`` (one per sampled id) cut alike."""
+    end = next((j for j, t in enumerate(sampled) if t in stops), None)
+    keep = range(end + 1) if end is not None else [j for j, t in enumerate(sampled) if t != pad]
+    ids = [sampled[j] for j in keep]
+    text = tokenizer.decode([t for t in ids if t not in stops], skip_special_tokens=True)
+    return Completion(list(prompt_ids), ids, text, end is not None,
+                      logprobs=None if logprobs is None else [logprobs[j] for j in keep])
 
 
 class HFEngine:
@@ -164,7 +170,7 @@ def _plain_generation_config(model):
     """
     from transformers import GenerationConfig
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _unwrapped(model)
     own = getattr(base, "generation_config", None)
     if own is None:
         yield
@@ -177,9 +183,14 @@ def _plain_generation_config(model):
         base.generation_config = own
 
 
+def _unwrapped(model):
+    """The transformers model under a peft wrapper (the model itself otherwise)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def _cache_kwarg(module) -> str:
     """The name a model's forward gives its KV cache: ``cache`` (transformers 5.x) or ``past_key_values``."""
-    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    base = _unwrapped(module)
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
@@ -195,7 +206,7 @@ def plain_decoder(model) -> bool:
     """True for a decoder-only model with a plain ``DynamicCache`` and a separate decoder stack, outside a
     ZeRO-3 group that must step its ranks together: what ``prompt_cache`` and ``decode`` drive."""
     config = getattr(model, "config", None)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _unwrapped(model)
     decoder = base.get_decoder() if callable(getattr(base, "get_decoder", None)) else None
     plain_cache = getattr(base, "_supports_default_dynamic_cache", lambda: False)()
     prompt_tuning = getattr(getattr(model, "active_peft_config", None), "is_prompt_learning", False)
@@ -226,7 +237,7 @@ def decode(model, ids_bw: torch.Tensor, attn_bw: torch.Tensor, cache, max_new_to
     attn = attn_bw
     live = torch.arange(B, device=device)  # the batch row of each row still going
     stop = torch.tensor(stops, device=device)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _unwrapped(model)
     kwargs = {_cache_kwarg(model): past}
     if "logits_to_keep" in inspect.signature(base.forward).parameters:
         kwargs["logits_to_keep"] = 1
@@ -279,7 +290,7 @@ def prompt_cache(model, ids_bw: torch.Tensor, attn_bw: torch.Tensor):
     from transformers import DynamicCache
 
     config = getattr(model, "config", None)
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = _unwrapped(model)
     decoder = base.get_decoder() if callable(getattr(base, "get_decoder", None)) else None
     if ids_bw.shape[1] < 2 or not plain_decoder(model):
         return None

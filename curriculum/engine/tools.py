@@ -96,8 +96,6 @@ def run_turns(sample: Sample, tokenizer, prompt_ids: list[list[int]], tools: Too
         active = callers
     for t in trajs:
         t.trajectory = tokenizer.decode(t.completion_ids, skip_special_tokens=True)
-        if t.turns == 0:
-            t.logprobs = None
     return trajs
 
 

@@ -30,7 +30,6 @@ while the roles train (``release``) and restored before the next sampling.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
 import shutil
 import tempfile
@@ -40,9 +39,8 @@ from pathlib import Path
 import torch
 
 from curriculum.engine.prompts import Prompt, stop_ids
-from curriculum.engine.rollout import Completion, encode_prompts
-
-log = logging.getLogger(__name__)
+from curriculum.engine.distributed import full_parameters
+from curriculum.engine.rollout import Completion, completion, encode_prompts
 
 # vLLM's LoRA ranks (LoRAConfig.max_lora_rank); the engine takes the smallest one >= model.lora.r.
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -158,14 +156,8 @@ class VLLMEngine:
         completions = []
         for ids, out in zip(encoded, outs):
             sample = out.outputs[0]
-            new = list(sample.token_ids)
-            end = next((j for j, t in enumerate(new) if t in stops), None)
-            finished = end is not None
-            if finished:
-                new = new[: end + 1]
-            logprobs = [float(step[t].logprob) for step, t in zip(sample.logprobs, new)]
-            text = tokenizer.decode([t for t in new if t not in stops], skip_special_tokens=True)
-            completions.append(Completion(list(ids), new, text, finished, logprobs=logprobs))
+            logprobs = [float(step[t].logprob) for step, t in zip(sample.logprobs, sample.token_ids)]
+            completions.append(completion(ids, list(sample.token_ids), stops, tokenizer, logprobs=logprobs))
         return completions
 
     # ------------------------------------------------------------------ weights
@@ -199,7 +191,7 @@ class VLLMEngine:
 
         path = Path(self._dir.name) / "adapters" / f"{role.name}-{role.version}"
         path.mkdir(parents=True, exist_ok=True)
-        with _gathered_all(role.params):
+        with full_parameters(role):
             role.model.save_pretrained(path, selected_adapters=[role.name])
         where = path / role.name if (path / role.name).is_dir() else path  # peft nests a non-default adapter
         old = self.adapters.get(role.name)
@@ -228,13 +220,3 @@ class VLLMEngine:
         if llm is not None:
             del llm
         self._dir.cleanup()
-
-
-def _gathered_all(params):
-    """Context in which the ZeRO-3 partitioned ones among ``params`` hold their full values."""
-    partitioned = [p for p in params if hasattr(p, "ds_id")]
-    if not partitioned:
-        return nullcontext()
-    import deepspeed
-
-    return deepspeed.zero.GatheredParameters(partitioned)
