@@ -21,7 +21,7 @@ from curriculum.errors import ConfigError
 from curriculum.rollouts import make_engine, make_tools
 from curriculum.rundir import RunDir
 from challenger.role import Challenger
-from solver.role import Solver
+from solver.role import Attempt, Solver
 
 
 # A level is within the solver's reach when it solves at least this share of it (eval/frontier_level).
@@ -32,11 +32,17 @@ FRONTIER = 0.5
 NO_TOOLS = "eval/no_tools/accuracy"
 
 
+def solver_scores(role, tokenizer, env, tasks: list[Task], *, k: int, **kw) -> list[list[float]]:
+    """``k`` scores per task (0 for an unfinished answer): ``solver_attempts``' scores, task by task."""
+    attempts = solver_attempts(role, tokenizer, env, tasks, k=k, **kw)
+    return [[a.score for a in attempts[i * k : (i + 1) * k]] for i in range(len(tasks))]
+
+
 @torch.no_grad()
-def solver_scores(role, tokenizer, env, tasks: list[Task], *, k: int, temperature: float, max_new_tokens: int,
-                  batch_size: int, seed: int, style: str = "plain", tools=None, max_turns: int = 1,
-                  tool_prompt: str = "", engine=None) -> list[list[float]]:
-    """``k`` scores per task (0 for an unfinished answer): greedy when ``temperature`` is 0, else sampled from
+def solver_attempts(role, tokenizer, env, tasks: list[Task], *, k: int, temperature: float, max_new_tokens: int,
+                    batch_size: int, seed: int, style: str = "plain", tools=None, max_turns: int = 1,
+                    tool_prompt: str = "", engine=None) -> list[Attempt]:
+    """``k`` scored attempts per task, task by task: greedy when ``temperature`` is 0, else sampled from
     ``seed``; prompts rendered in ``style`` (chat or plain). With ``tools`` (``make_tools``) the solver
     answers over up to ``max_turns`` turns, its prompts announcing them with ``tool_prompt``. ``engine`` samples
     (``make_engine``; transformers' generate by default)."""
@@ -49,8 +55,7 @@ def solver_scores(role, tokenizer, env, tasks: list[Task], *, k: int, temperatur
                                temperature=1.0 if greedy else temperature, batch_size=batch_size, seed=seed,
                                style=style)
     solver = Solver(env, tool_prompt if tools is not None else "")
-    attempts = solver.attempt([t for t in tasks for _ in range(k)], sample)
-    return [[a.score for a in attempts[i * k : (i + 1) * k]] for i in range(len(tasks))]
+    return solver.attempt([t for t in tasks for _ in range(k)], sample)
 
 
 def tool_passes(cfg, tools) -> list[tuple[str, int, float, dict]]:
