@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from challenger.role import Challenger  # noqa: E402
 from curriculum.config import load_config  # noqa: E402
-from curriculum.engine.policy import build_roles, load_base  # noqa: E402
+from curriculum.engine.policy import build_roles, load_base, resolve_device  # noqa: E402
 from curriculum.engine.prompts import resolve_style  # noqa: E402
 from curriculum.engine.tiny import batch_loss  # noqa: E402
 from curriculum.envs import benchmark, make_env  # noqa: E402
@@ -72,24 +72,22 @@ def check_seed(cfg, steps: int, every: int, log=print) -> dict:
     """The starting solver's held-out scores and first errors, then the supervised bound's curve."""
     if cfg.run.threads > 0:
         torch.set_num_threads(cfg.run.threads)
+    if cfg.solver.tools:  # before any warm-up is built
+        raise SystemExit("learnability: solver.tools is not supported (the bound trains on prompt + answer text)")
     seed_everything(cfg.run.seed)
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     held_out = benchmark(env, cfg.eval.seed, cfg.eval.per_level)
     exclude = {t.text for t in held_out}
     base, tokenizer = load_base(cfg, env, exclude, False, Challenger(env).prompt)
-    role = build_roles(cfg, base, torch.device("cpu" if cfg.run.device == "auto" else cfg.run.device))["solver"]
+    role = build_roles(cfg, base, resolve_device(cfg.run.device))["solver"]
     style = resolve_style(cfg.prompt.style, tokenizer)
-    if style != "plain" or cfg.solver.tools:
-        raise SystemExit("learnability: plain prompts without tools only (the bound trains on prompt + answer text)")
+    if style != "plain":
+        raise SystemExit("learnability: plain prompts only (the bound trains on prompt + answer text)")
     batch_size = cfg.solver.sampling.batch_size
 
-    def scores() -> dict:
-        role.model.eval()
-        report = evaluate_solver(role, tokenizer, env, held_out, cfg.eval, batch_size, style)
-        role.model.train()
-        return report
+    def scores() -> dict:  # sampling puts the model in eval mode and back
+        return evaluate_solver(role, tokenizer, env, held_out, cfg.eval, batch_size, style)
 
-    role.model.eval()
     greedy = solver_attempts(role, tokenizer, env, held_out, k=1, temperature=0.0,
                              max_new_tokens=cfg.eval.max_new_tokens, batch_size=batch_size, seed=cfg.eval.seed, style=style)
     result = {"seed": cfg.run.seed, "first_error": first_errors(held_out, greedy, env), "curve": [{"step": 0, **scores()}]}
@@ -98,6 +96,7 @@ def check_seed(cfg, steps: int, every: int, log=print) -> dict:
     rng = random.Random(f"learnability:{cfg.run.seed}")
     per_step = cfg.solver.batch_prompts * cfg.solver.group_size
     losses: list[float] = []  # since the last evaluation
+    role.model.train()
     for step in range(1, steps + 1):
         pairs = []
         while len(pairs) < per_step:

@@ -10,6 +10,7 @@ tokens' log-probs to float32 rounding.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -108,8 +109,6 @@ def test_round_with_lora_adapters(tmp_path):
         assert set(engine.adapters) == {"challenger", "solver"}  # one adapter per role
         assert engine.synced["solver"] == trainer.roles["solver"].version
         # only each role's current adapter stays on disk, however many updates there were
-        from pathlib import Path
-
         saved = sorted(p.name for p in (Path(engine._dir.name) / "adapters").iterdir())
         assert saved == sorted(f"{r}-{trainer.roles[r].version}" for r in ("challenger", "solver"))
     finally:
@@ -121,7 +120,6 @@ def test_gpu_check_selfplay_round_on_vllm_dry_run(tmp_path):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "GPU_CHECK_SMOKE": "1", "PYTHONPATH": str(root)}
