@@ -32,6 +32,13 @@ def test_key_changes_with_what_changes_the_model(monkeypatch):
     assert key() != base
 
 
+def test_key_changes_with_the_cpu_kernels(monkeypatch):
+    # The same seed warms up to different weights under AVX2 and AVX-512 kernels (BENCHMARKS.md).
+    base = key()
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2-other")
+    assert key() != base
+
+
 def test_key_changes_with_the_code_that_generates_the_examples(tmp_path, monkeypatch):
     from pathlib import Path
 
