@@ -89,9 +89,10 @@ class WarmupConfig:
     # the call, its output, the answer copied from it); the environment must offer tool_code(task).
     tool_fraction: float = 0.5
     # torch threads of the warm-up, whatever run.threads says: the warmed-up model (and the cache
-    # entry) depends on the thread count, so one seed gives one starting model on any machine.
+    # entry) depends on the thread count, so one seed gives one starting model on machines whose
+    # CPU kernels match (torch.backends.cpu.get_cpu_capability(); AVX2 and AVX-512 differ).
     threads: int = 1
-    # Directory caching warmed-up models by a hash of the config, seed, thread count, library versions and warm-up/generator code; empty string disables the cache.
+    # Directory caching warmed-up models by a hash of the config, seed, thread count, CPU kernels, library versions and warm-up/generator code; empty string disables the cache.
     cache_dir: str = "~/.cache/selfplay"
 
 
@@ -253,9 +254,12 @@ class CurriculumConfig:
     probe_samples_max: int = 0
     # Sampling temperature of probing; 0 = the solver's training temperature (solver.sampling.temperature).
     probe_temperature: float = 0.0
-    # Reference tasks in each challenger prompt (drawn per group from the pool; the generator's level-1
-    # tasks while the pool is empty); 0 = the environment's plain prompt.
+    # Reference tasks in each challenger prompt (drawn per group from the pool; while it is empty, the
+    # newest retired tasks, then the generator's level-1 tasks); 0 = the environment's plain prompt.
     references: int = 0
+    # How references are drawn from the pool: uniform, frontier (p near 1/2) or hard (weight 1 - p).
+    # A small model copies its references' shape, so this steers where proposals land.
+    reference_sampler: str = "uniform"
     # Fresh proposals generated to fill the pool each round (one fill batch).
     fill_proposals: int = 128
     # More fill batches, up to this many in all, while the pool holds fewer tasks than a solver batch
@@ -832,6 +836,8 @@ def _check_choices(cfg: Config) -> None:
     _need(cfg.reward.frontier in FRONTIER_REWARDS, f"reward.frontier {cfg.reward.frontier!r}; choose from {sorted(FRONTIER_REWARDS)}")
     _need(cfg.curriculum.mode in MODES, f"curriculum.mode {cfg.curriculum.mode!r}; choose from {', '.join(MODES)}")
     _need(cfg.curriculum.sampler in SAMPLERS, f"curriculum.sampler {cfg.curriculum.sampler!r}; choose from {sorted(SAMPLERS)}")
+    _need(cfg.curriculum.reference_sampler in SAMPLERS,
+          f"curriculum.reference_sampler {cfg.curriculum.reference_sampler!r}; choose from {sorted(SAMPLERS)}")
     _need(cfg.prompt.style in ("auto", "chat", "plain"), f"prompt.style {cfg.prompt.style!r}; choose auto, chat or plain")
     _need(cfg.run.device in ("auto", "cpu", "cuda"), f"run.device {cfg.run.device!r}; choose auto, cpu or cuda")
     _need(cfg.model.dtype in ("float32", "bfloat16", "float16"), f"model.dtype {cfg.model.dtype!r}; choose float32, bfloat16 or float16")

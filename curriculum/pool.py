@@ -89,6 +89,12 @@ def _frontier(entries: Sequence[PoolEntry]) -> list[float]:
     return [math.exp(-((e.solve_rate - 0.5) ** 2) / (2 * 0.2**2)) for e in entries]
 
 
+@register_sampler("hard")
+def _hard(entries: Sequence[PoolEntry]) -> list[float]:
+    """Favour the tasks solved least often (weight 1 - p)."""
+    return [e.difficulty for e in entries]
+
+
 class TaskPool:
     """Deduplicated by task text; holds at most ``capacity`` entries, oldest leave first.
 
@@ -154,7 +160,7 @@ class TaskPool:
         if len(entries) <= n:
             picked = entries
         else:
-            picked = _weighted_without_replacement(entries, SAMPLERS[self.sampler](entries), n, rng)
+            picked = weighted_without_replacement(entries, SAMPLERS[self.sampler](entries), n, rng)
         for e in picked:
             e.uses += 1
         return picked
@@ -178,7 +184,7 @@ class TaskPool:
             self.retired[e.task.text] = e
 
 
-def _weighted_without_replacement(items: list, weights: list[float], k: int, rng: random.Random) -> list:
+def weighted_without_replacement(items: list, weights: list[float], k: int, rng: random.Random) -> list:
     # Efraimidis-Spirakis: keys u^(1/w), take the k largest.
     keyed = sorted(((rng.random() ** (1.0 / max(w, 1e-12)), i) for i, w in enumerate(weights)), reverse=True)
     return [items[i] for _, i in keyed[:k]]

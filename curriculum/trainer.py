@@ -39,7 +39,7 @@ from curriculum.envs import Task, benchmark, make_env, task_types, typed
 from curriculum.errors import ConfigError
 from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores, tool_passes
 from curriculum.monitor import Monitor, NullMonitor
-from curriculum.pool import PoolEntry, TaskPool, near_band, quantiles
+from curriculum.pool import SAMPLERS, PoolEntry, TaskPool, near_band, quantiles, weighted_without_replacement
 from curriculum.rollouts import Rollouts, derive_seed, make_engine
 from curriculum.rundir import RunDir, RunLock, claim
 from curriculum.signals import StopOnSignal
@@ -243,12 +243,20 @@ class SelfPlayTrainer:
         return [self.task_types[(first + i) % len(self.task_types)] for i in range(groups)]
 
     def _references(self, rng: random.Random, kind: str = "") -> list[Task]:
-        """Reference tasks of type ``kind`` for one prompt: from the pool, or level-1 generator tasks while it
-        has none."""
-        k = self.cfg.curriculum.references
+        """Reference tasks of type ``kind`` for one prompt: from the pool (``curriculum.reference_sampler``);
+        while it has none, the newest retired ones (an emptied pool is not a solver back at level 1); before
+        anything was accepted, level-1 generator tasks."""
+        cc = self.cfg.curriculum
+        k = cc.references
         entries = [e for e in self.pool.entries.values() if e.task.kind == kind]
-        if entries:
+        if entries and cc.reference_sampler == "uniform":
             return [e.task for e in rng.sample(entries, min(k, len(entries)))]
+        if entries:
+            return [e.task for e in weighted_without_replacement(entries, SAMPLERS[cc.reference_sampler](entries),
+                                                                   k, rng)]
+        retired = [e.task for e in self.pool.retired.values() if e.task.kind == kind]
+        if retired:
+            return retired[-k:]
         return [self.env.sample_task(1, rng, **typed(kind)) for _ in range(k)]
 
     def probe(self, proposals: list[Proposal], r: int, phase: str, step: int) -> dict[str, float]:

@@ -36,6 +36,19 @@ def test_frontier_sampler_prefers_half():
     assert sum(e.task.text.startswith("mid") for e in picked) >= 16
 
 
+def test_hard_sampler_weights_by_difficulty():
+    from curriculum.pool import SAMPLERS
+
+    assert SAMPLERS["hard"]([entry("a", 0.25), entry("b", 0.8), entry("c", 1.0)]) == [0.75, 0.19999999999999996, 0.0]
+    pool = TaskPool(100, 5, sampler="hard")
+    for i in range(50):
+        pool.add(entry(f"easy{i}", 0.95))
+        pool.add(entry(f"hard{i}", 0.25))
+    picked = pool.sample(20, random.Random(0))
+    # weights 0.75 against 0.05: about 15 to 1 per draw
+    assert sum(e.task.text.startswith("hard") for e in picked) >= 17
+
+
 def test_sample_small_pool_and_state_roundtrip():
     pool = TaskPool(10, 5, sampler="uniform")
     pool.add(entry("a", 0.5))

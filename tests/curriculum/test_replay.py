@@ -28,3 +28,27 @@ def test_solver_batch_replays_retired_tasks(tiny_overrides):
         assert sorted(t.text for t in trainer.pool_batch(4, rng)) == ["1+3", "1+4", "1+5"]
     finally:
         trainer.close()
+
+
+def test_references_follow_the_sampler_and_survive_an_empty_pool(tiny_overrides):
+    cfg = load_config("configs/demo_cpu.yaml", [*tiny_overrides, "curriculum.references=2",
+                                                "curriculum.reference_sampler=hard"])
+    trainer = SelfPlayTrainer(cfg)
+    try:
+        rng = random.Random(0)
+        first = trainer._references(rng)  # nothing accepted yet: the generator's level-1 tasks
+        assert len(first) == 2 and all(t.level == 1 for t in first)
+        for i in range(20):
+            task = trainer.env.parse_proposal(f"{i // 4}+{i % 4}")
+            trainer.pool.add(PoolEntry(task, 0.95, 1, task.text))
+        hard = trainer.env.parse_proposal("9-8+7-6")
+        trainer.pool.add(PoolEntry(hard, 0.2, 1, hard.text))
+        # weight 0.8 against 20 x 0.05: drawn in most prompts, where uniform draws would show it in 1 of 10
+        shown = sum(hard.text in {t.text for t in trainer._references(rng)} for _ in range(200))
+        assert shown > 120
+        for text in list(trainer.pool.entries):
+            trainer.pool.update_solve_rate(text, 1.0)  # all mastered: the pool is empty
+        assert len(trainer.pool) == 0
+        assert [t.text for t in trainer._references(rng)] == ["4+3", "9-8+7-6"]  # the newest retired
+    finally:
+        trainer.close()
