@@ -92,7 +92,7 @@ class WarmupConfig:
     # entry) depends on the thread count, so one seed gives one starting model on machines whose
     # CPU kernels match (torch.backends.cpu.get_cpu_capability(); AVX2 and AVX-512 differ).
     threads: int = 1
-    # Directory caching warmed-up models by a hash of the config, seed, thread count, CPU kernels, library versions and warm-up/generator code; empty string disables the cache.
+    # Directory caching warmed-up models by a hash of the config, seed, thread count, CPU kernels and model, library versions and warm-up/generator code; empty string disables the cache.
     cache_dir: str = "~/.cache/selfplay"
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,12 +159,24 @@ def warmup_code_digest(env, tools: bool) -> str:
     return digest.hexdigest()
 
 
+def cpu_model() -> str:
+    """The CPU's model name (Linux's /proc/cpuinfo, else ``platform.processor()``): BLAS libraries pick
+    kernels by vendor and model, not only by instruction set."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def warmup_key(cfg: Config, env, challenger_prompt=None) -> dict:
     """Everything the warmed-up embedded model depends on: its cache entry is named by this dict's hash.
 
-    The config parts that shape it, the seed, the warm-up's thread count and the CPU kernels
-    torch dispatches to (AVX2, AVX-512, ...: its arithmetic depends on both), the torch and
-    transformers versions and the code that generates and trains on its examples
+    The config parts that shape it, the seed, the warm-up's thread count, the CPU kernels torch
+    dispatches to (AVX2, AVX-512, ...) and the CPU model (its arithmetic depends on all three),
+    the torch and transformers versions and the code that generates and trains on its examples
     (``warmup_code_digest``).
     """
     import transformers
@@ -179,7 +192,7 @@ def warmup_key(cfg: Config, env, challenger_prompt=None) -> dict:
             "eval": [cfg.eval.seed, cfg.eval.per_level], "references": references,
             "example_prompt": challenger_prompt([]) if references else env.challenger_prompt(),
             "torch": torch.__version__, "transformers": transformers.__version__, "version": 3,
-            "cpu_kernels": torch.backends.cpu.get_cpu_capability(),
+            "cpu_kernels": torch.backends.cpu.get_cpu_capability(), "cpu": cpu_model(),
             "code": warmup_code_digest(env, bool(tools))}
 
 
@@ -187,7 +200,7 @@ def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_pr
     """The starting model and tokenizer: a local HF model, or the warmed-up embedded one.
 
     The warm-up runs on ``model.warmup.threads`` threads and its cache key names everything
-    that changes the result (config, seed, thread count, CPU kernels, torch and transformers versions).
+    that changes the result (config, seed, thread count, CPU kernels and model, torch and transformers versions).
     ``challenger_prompt(references)`` renders reference-conditioned challenger prompts
     (``curriculum.references`` > 0); ``tool_demo(task)`` writes a solved task as a tool call
     (``solver.tools``; ``Solver.demonstration``).

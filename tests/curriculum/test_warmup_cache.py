@@ -32,11 +32,17 @@ def test_key_changes_with_what_changes_the_model(monkeypatch):
     assert key() != base
 
 
-def test_key_changes_with_the_cpu_kernels(monkeypatch):
+def test_key_changes_with_the_cpu_kernels_and_model(monkeypatch):
     # The same seed warms up to different weights under AVX2 and AVX-512 kernels (BENCHMARKS.md).
+    import curriculum.engine.policy as policy
+
     base = key()
+    assert policy.cpu_model()  # this machine's name, whatever it is
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2-other")
-    assert key() != base
+    kernels = key()
+    assert kernels != base
+    monkeypatch.setattr(policy, "cpu_model", lambda: "Other CPU")
+    assert key() != kernels
 
 
 def test_key_changes_with_the_code_that_generates_the_examples(tmp_path, monkeypatch):
