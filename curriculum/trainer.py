@@ -18,6 +18,7 @@ import logging
 import math
 import random
 import time
+from collections import Counter
 
 import numpy as np
 import torch
@@ -346,6 +347,13 @@ class SelfPlayTrainer:
                 if ok and self.pool.add(PoolEntry(self._labelled(p), p.solve_rate, r, p.completion.text)):
                     added.append(p)
             proposals += batch
+        if not any(p.valid for p in proposals):
+            reasons = Counter(p.parsed.reason.split(":")[0] for p in proposals).most_common(3)
+            # A frozen curriculum otherwise shows only as skipped solver steps.
+            log.warning("round %d: none of the challenger's %d fill proposals was valid (%s), so nothing joins the "
+                        "pool; a challenger that collapsed after an update often needs smaller first steps: "
+                        "raise challenger.optim.warmup_steps or lower challenger.optim.lr", r, len(proposals),
+                        ", ".join(f"{k} {v}" for k, v in reasons))
         stats = {
             "curriculum/fill_batches": len(proposals) // cc.fill_proposals,
             "curriculum/proposals": len(proposals),

@@ -52,3 +52,24 @@ def test_references_follow_the_sampler_and_survive_an_empty_pool(tiny_overrides)
         assert [t.text for t in trainer._references(rng)] == ["4+3", "9-8+7-6"]  # the newest retired
     finally:
         trainer.close()
+
+
+def test_a_round_without_one_valid_proposal_is_named(tiny_overrides, monkeypatch, caplog):
+    from curriculum.envs.base import InvalidProposal
+
+    cfg = load_config("configs/demo_cpu.yaml", [*tiny_overrides, "curriculum.fill_proposals=8"])
+    trainer = SelfPlayTrainer(cfg)
+    try:
+        def refuse(text):
+            raise InvalidProposal("empty")
+
+        monkeypatch.setattr(trainer.env, "parse_proposal", refuse)
+        with caplog.at_level("WARNING", logger="selfplay"):
+            trainer.fill_pool(1)
+        assert len(trainer.pool) == 0
+        warning = [r.getMessage() for r in caplog.records if "fill proposals was valid" in r.getMessage()]
+        assert len(warning) == 1 and "none of the challenger's 32 fill proposals" in warning[0]  # 4 batches of 8
+        assert "empty " in warning[0].split("(")[1]  # the rejection reasons, counted
+        assert "challenger.optim.warmup_steps" in warning[0]
+    finally:
+        trainer.close()
