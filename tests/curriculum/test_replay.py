@@ -1,4 +1,5 @@
-"""Self-play's solver batch with replay: a share of past tasks that left the pool, never a task twice."""
+"""Self-play's pool in use: replay of past tasks, the challenger's references, a round with nothing valid."""
+import contextlib
 import random
 
 from curriculum.config import load_config
@@ -6,11 +7,17 @@ from curriculum.pool import PoolEntry
 from curriculum.trainer import SelfPlayTrainer
 
 
-def test_solver_batch_replays_retired_tasks(tiny_overrides):
-    cfg = load_config("configs/demo_cpu.yaml", [*tiny_overrides, "solver.batch_prompts=4",
-                                                "curriculum.replay_fraction=0.5"])
-    trainer = SelfPlayTrainer(cfg)
+@contextlib.contextmanager
+def demo_trainer(tiny_overrides, *overrides):
+    trainer = SelfPlayTrainer(load_config("configs/demo_cpu.yaml", [*tiny_overrides, *overrides]))
     try:
+        yield trainer
+    finally:
+        trainer.close()
+
+
+def test_solver_batch_replays_retired_tasks(tiny_overrides):
+    with demo_trainer(tiny_overrides, "solver.batch_prompts=4", "curriculum.replay_fraction=0.5") as trainer:
         rng = random.Random(0)
         for i in range(6):  # "1+i" questions, three of them retired
             task = trainer.env.parse_proposal(f"1+{i}")
@@ -23,18 +30,13 @@ def test_solver_batch_replays_retired_tasks(tiny_overrides):
         assert sum(t in trainer.pool.retired for t in texts) == 2
         assert sum(t in trainer.pool.entries for t in texts) == 2
         tasks, attempts, _ = trainer.solver_batch(1, 0)
-        assert len(tasks) == 4 and len(attempts) == 4 * cfg.solver.group_size
+        assert len(tasks) == 4 and len(attempts) == 4 * trainer.cfg.solver.group_size
         trainer.pool.retired.clear()  # nothing to replay: the pool alone
         assert sorted(t.text for t in trainer.pool_batch(4, rng)) == ["1+3", "1+4", "1+5"]
-    finally:
-        trainer.close()
 
 
 def test_references_follow_the_sampler_and_survive_an_empty_pool(tiny_overrides):
-    cfg = load_config("configs/demo_cpu.yaml", [*tiny_overrides, "curriculum.references=2",
-                                                "curriculum.reference_sampler=hard"])
-    trainer = SelfPlayTrainer(cfg)
-    try:
+    with demo_trainer(tiny_overrides, "curriculum.references=2", "curriculum.reference_sampler=hard") as trainer:
         rng = random.Random(0)
         first = trainer._references(rng)  # nothing accepted yet: the generator's level-1 tasks
         assert len(first) == 2 and all(t.level == 1 for t in first)
@@ -50,16 +52,12 @@ def test_references_follow_the_sampler_and_survive_an_empty_pool(tiny_overrides)
             trainer.pool.update_solve_rate(text, 1.0)  # all mastered: the pool is empty
         assert len(trainer.pool) == 0
         assert [t.text for t in trainer._references(rng)] == ["4+3", "9-8+7-6"]  # the newest retired
-    finally:
-        trainer.close()
 
 
 def test_a_round_without_one_valid_proposal_is_named(tiny_overrides, monkeypatch, caplog):
     from curriculum.envs.base import InvalidProposal
 
-    cfg = load_config("configs/demo_cpu.yaml", [*tiny_overrides, "curriculum.fill_proposals=8"])
-    trainer = SelfPlayTrainer(cfg)
-    try:
+    with demo_trainer(tiny_overrides, "curriculum.fill_proposals=8") as trainer:
         def refuse(text):
             raise InvalidProposal("empty")
 
@@ -71,5 +69,3 @@ def test_a_round_without_one_valid_proposal_is_named(tiny_overrides, monkeypatch
         assert len(warning) == 1 and "none of the challenger's 32 fill proposals" in warning[0]  # 4 batches of 8
         assert "empty " in warning[0].split("(")[1]  # the rejection reasons, counted
         assert "challenger.optim.warmup_steps" in warning[0]
-    finally:
-        trainer.close()
