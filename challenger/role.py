@@ -119,7 +119,7 @@ def proposal_stats(proposals: Sequence[Proposal]) -> dict[str, float]:
     n = max(1, len(proposals))
     valid = [p for p in proposals if p.valid]
     rates = [p.solve_rate for p in valid if p.solve_rate is not None]
-    reasons = Counter(p.parsed.reason.split(":")[0] for p in proposals if not p.valid)
+    reasons = rejection_reasons(proposals)
     stats = {
         "unique_fraction": len({p.completion.text for p in proposals}) / n,
         "level_mean": sum(p.task.level for p in valid) / len(valid) if valid else 0.0,
@@ -128,6 +128,11 @@ def proposal_stats(proposals: Sequence[Proposal]) -> dict[str, float]:
     stats.update({f"rejected/{k}": v / n for k, v in sorted(reasons.items())})
     stats.update(per_type_stats(proposals))
     return stats
+
+
+def rejection_reasons(proposals: Sequence[Proposal]) -> Counter:
+    """How many invalid proposals each rejection reason holds (``too_long:9>6`` counts as ``too_long``)."""
+    return Counter(p.parsed.reason.split(":")[0] for p in proposals if not p.valid)
 
 
 def per_type_stats(proposals: Sequence[Proposal]) -> dict[str, float]:

@@ -18,14 +18,13 @@ import logging
 import math
 import random
 import time
-from collections import Counter
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from challenger.role import Challenger, Proposal, per_type_stats
+from challenger.role import Challenger, Proposal, per_type_stats, rejection_reasons
 from curriculum import dashboard, runstate
 from curriculum.checkpoint import atomic_write, read_state
 from curriculum.config import Config, to_yaml
@@ -348,7 +347,7 @@ class SelfPlayTrainer:
                     added.append(p)
             proposals += batch
         if not any(p.valid for p in proposals):
-            reasons = Counter(p.parsed.reason.split(":")[0] for p in proposals).most_common(3)
+            reasons = rejection_reasons(proposals).most_common(3)
             # A frozen curriculum otherwise shows only as skipped solver steps.
             log.warning("round %d: none of the challenger's %d fill proposals was valid (%s), so nothing joins the "
                         "pool; a challenger that collapsed after an update often needs smaller first steps: "
