@@ -68,6 +68,9 @@ class TinyModelConfig:
     heads: int = 4
     # Longest sequence (prompt + completion) in tokens.
     max_positions: int = 64
+    # Position scheme: rope (Llama's rotary embeddings) or nope (none: attention is told positions only by
+    # the causal mask, which extrapolates to lengths never trained on; Kazemnejad et al. 2023).
+    position: str = "rope"
 
 
 @dataclass
@@ -278,6 +281,10 @@ class CurriculumConfig:
     # selfplay: share of each solver batch replayed from the challenger's past tasks that left the pool
     # (aged out or mastered), so training on the frontier alone does not forget what lies below it.
     replay_fraction: float = 0.0
+    # selfplay: keep and replay past tasks level by level (a full store drops the oldest task of its most-held
+    # level; each replay cycles through the levels), so levels mastered early are not forgotten; false = newest
+    # pool_capacity retired tasks, drawn uniformly.
+    replay_by_level: bool = False
     # Highest level the generator arms (uniform, uniform_filtered, adaptive) draw; 0 = every level.
     max_level: int = 0
     # uniform_filtered: most batches of tasks drawn per solver step before training on what was kept.
@@ -288,6 +295,10 @@ class CurriculumConfig:
     # generator tasks, probed with their answers hidden, to measure how often the solver's majority
     # pseudo-label is right (curriculum/label_accuracy); at least one per probe when > 0; 0 = none.
     label_check_rate: float = 0.0
+    # selfplay: grade probes and train the solver on the majority answer of its own samples, never the
+    # environment's answer (R-Zero; Lee et al. 2025); needs an environment that extracts answers. The share
+    # of accepted tasks whose majority is right is logged as curriculum/pseudo_label_accuracy.
+    pseudo_labels: bool = False
 
 
 @dataclass
@@ -840,6 +851,7 @@ def _check_choices(cfg: Config) -> None:
           f"curriculum.reference_sampler {cfg.curriculum.reference_sampler!r}; choose from {sorted(SAMPLERS)}")
     _need(cfg.prompt.style in ("auto", "chat", "plain"), f"prompt.style {cfg.prompt.style!r}; choose auto, chat or plain")
     _need(cfg.run.device in ("auto", "cpu", "cuda"), f"run.device {cfg.run.device!r}; choose auto, cpu or cuda")
+    _need(cfg.model.tiny.position in ("rope", "nope"), f"model.tiny.position {cfg.model.tiny.position!r}; choose rope or nope")
     _need(cfg.model.dtype in ("float32", "bfloat16", "float16"), f"model.dtype {cfg.model.dtype!r}; choose float32, bfloat16 or float16")
     if cfg.model.attn_implementation:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -879,6 +891,8 @@ def _check_combinations(cfg: Config) -> None:
           f"curriculum.probe_samples_max ({cc.probe_samples_max}) must be 0 or more than curriculum.probe_samples ({cc.probe_samples})")
     _need(cfg.prompt.style != "chat" or bool(cfg.model.path),
           "prompt.style=chat needs a model.path model with a chat template; the embedded tiny model reads plain prompts")
+    _need(not cc.pseudo_labels or cc.mode == "selfplay",
+          f"curriculum.pseudo_labels labels the challenger's proposals; curriculum.mode={cc.mode} has none")
     ec = cfg.eval
     _need(ec.greedy or ec.samples > 0, "eval.greedy=false and eval.samples=0 leave nothing to evaluate")
     _need(ec.samples == 0 or ec.temperature > 0,
@@ -979,6 +993,9 @@ def _check_env(cfg: Config) -> None:
     _need(bool(cfg.model.path) or not getattr(env, "needs_pretrained_model", False),
           f"env.name={cfg.env.name} needs a pretrained model (its prompts are natural language); set model.path "
           "to a local instruct model (the embedded tiny model reads only the toy environments)")
+    _need(not cfg.curriculum.pseudo_labels or (hasattr(env, "extract_answer") and hasattr(env, "same_answer")),
+          f"curriculum.pseudo_labels needs an environment that extracts answers (extract_answer and same_answer); "
+          f"env.name={cfg.env.name} has none")
 
 
 def _check_distributed(cfg: Config) -> None:

@@ -187,7 +187,8 @@ def warmup_key(cfg: Config, env, challenger_prompt=None) -> dict:
     extra = {"tools": [tools, cfg.solver.tool_prompt, cfg.solver.tool_output_chars]} if tools else {}
     # Without tools the key is what it was before they existed: cached models stay valid.
     skip = {"cache_dir"} | (set() if tools else {"tool_fraction"})
-    return {**extra, "tiny": vars(t), "warmup": {k: v for k, v in vars(w).items() if k not in skip},
+    tiny_key = {k: v for k, v in vars(t).items() if k != "position" or v != "rope"}  # rope: the key it had before
+    return {**extra, "tiny": tiny_key, "warmup": {k: v for k, v in vars(w).items() if k not in skip},
             "env": cfg.env.name, "env_kwargs": dict(cfg.env.kwargs), "seed": cfg.run.seed,
             "eval": [cfg.eval.seed, cfg.eval.per_level], "references": references,
             "example_prompt": challenger_prompt([]) if references else env.challenger_prompt(),
@@ -222,7 +223,7 @@ def load_base(cfg: Config, env, exclude: set[str], progress: bool, challenger_pr
         torch.set_num_threads(w.threads)
         try:
             torch.manual_seed(cfg.run.seed)
-            model = tiny.build_model(tokenizer, t.hidden_size, t.layers, t.heads, t.max_positions)
+            model = tiny.build_model(tokenizer, t.hidden_size, t.layers, t.heads, t.max_positions, t.position)
             tiny.warm_up(model, tokenizer, env, steps=w.steps, batch_size=w.batch_size, lr=w.lr,
                          solver_max_level=min(w.solver_max_level, env.num_levels), seed=cfg.run.seed,
                          exclude=exclude, challenger_fraction=w.challenger_fraction, references=cfg.curriculum.references,

@@ -17,7 +17,8 @@ from typing import Callable, Union
 
 import torch
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast,
+                          SmolLM3Config, SmolLM3ForCausalLM)
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +47,12 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
     )
 
 
-def build_model(tokenizer, hidden_size: int, layers: int, heads: int, max_positions: int) -> LlamaForCausalLM:
-    config = LlamaConfig(
+def build_model(tokenizer, hidden_size: int, layers: int, heads: int, max_positions: int,
+                position: str = "rope") -> PreTrainedModel:
+    """A tiny Llama (``position="rope"``), or the same blocks with no position embedding at all
+    (``"nope"``: SmolLM3's architecture with RoPE off in every layer, a stock transformers class, so
+    checkpoints load with ``AutoModelForCausalLM`` and run on sequences longer than any trained on)."""
+    kwargs = dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 3,
@@ -60,7 +65,9 @@ def build_model(tokenizer, hidden_size: int, layers: int, heads: int, max_positi
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
-    return LlamaForCausalLM(config)
+    if position == "nope":
+        return SmolLM3ForCausalLM(SmolLM3Config(**kwargs, no_rope_layers=[0] * layers, use_sliding_window=False))
+    return LlamaForCausalLM(LlamaConfig(**kwargs))
 
 
 def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, exclude: set[str],
@@ -244,7 +251,7 @@ def _load_cached(path: Path):
     except (OSError, ValueError, AttributeError):
         expected = None
     if expected is not None and expected == _weights_sha(path):
-        return LlamaForCausalLM.from_pretrained(path)
+        return AutoModelForCausalLM.from_pretrained(path)
     log.warning("warm-up cache entry %s does not match its recorded checksum; rebuilding it", path)
     shutil.rmtree(path, ignore_errors=True)
     return None
