@@ -87,7 +87,7 @@ class SelfPlayTrainer:
         self.rollouts = Rollouts(cfg, self.dist, self.roles, self.tokenizer, self.challenger, self.solver, self.progress,
                                  style=self.style, engine=make_engine(cfg, self.roles, self.device))
         cc = cfg.curriculum
-        self.pool = TaskPool(cc.pool_capacity, cc.max_age, cc.sampler)
+        self.pool = TaskPool(cc.pool_capacity, cc.max_age, cc.sampler, by_level=cc.replay_by_level)
         self.levels = LevelSampler(self.env, cc.max_level, adaptive=cc.mode == "adaptive", floor=cc.adaptive_floor)
         self.ckpt = self.rundir.checkpoint_manager(cfg.checkpoint.keep_last)
         self.round = 0  # rounds completed
@@ -269,6 +269,8 @@ class SelfPlayTrainer:
         """
         cc = self.cfg.curriculum
         tasks = list({p.task.text: p.task for p in proposals if p.valid}.values())
+        if cc.pseudo_labels:  # the solver votes; the environment's answer only measures the vote
+            tasks = [dataclasses.replace(t, answer="") for t in tasks]
         m = cc.probe_samples
         attempts = self.rollouts.probe(tasks, m, (r, phase, step))
         if cc.probe_samples_max > m:
@@ -363,6 +365,9 @@ class SelfPlayTrainer:
             "curriculum/pool_size": len(self.pool),
             "curriculum/accepted_level_mean": float(np.mean([p.task.level for p in added])) if added else 0.0,
         }
+        if cc.pseudo_labels and added:
+            stats["curriculum/pseudo_label_accuracy"] = float(np.mean([self.solver.same(p.label, p.task.answer)
+                                                                       for p in added]))
         stats.update(quantiles([1 - p.solve_rate for p in added], "curriculum/accepted_difficulty"))
         stats.update(quantiles([e.difficulty for e in self.pool.entries.values()], "curriculum/pool_difficulty"))
         stats.update(quantiles([float(e.task.level) for e in self.pool.entries.values()], "curriculum/pool_level"))
@@ -375,11 +380,13 @@ class SelfPlayTrainer:
         self.monitor.log(stats, round=r, phase="fill_pool")
         self._record_tasks(r, "fill", proposals, None, accepted=accepted)
 
-    @staticmethod
-    def _labelled(p: Proposal) -> Task:
-        """A proposal's task as the pool keeps it: without a reference answer, with its pseudo-label
-        instead (the solver is graded against it from then on; R-Zero)."""
-        return p.task if p.task.answer or p.label is None else dataclasses.replace(p.task, answer=p.label)
+    def _labelled(self, p: Proposal) -> Task:
+        """A proposal's task as the pool keeps it: without a reference answer (or with
+        ``curriculum.pseudo_labels``), with its pseudo-label instead (the solver is graded against it from
+        then on; R-Zero)."""
+        if p.label is None or (p.task.answer and not self.cfg.curriculum.pseudo_labels):
+            return p.task
+        return dataclasses.replace(p.task, answer=p.label)
 
     def update_solver(self, r: int, step: int) -> None:
         """Execution + update: G answers per task, verifier scores, one GRPO step on the solver."""

@@ -57,6 +57,14 @@ class Ladder:
         """1 for exactly the chain of running sums (surrounding whitespace aside), else 0."""
         return float(completion.strip() == task.answer)
 
+    def extract_answer(self, completion: str) -> str | None:
+        """The digits written (for majority votes: ``curriculum.pseudo_labels``); None if anything else."""
+        answer = completion.strip()
+        return answer if _DIGITS.fullmatch(answer) else None
+
+    def same_answer(self, a: str, b: str) -> bool:
+        return a == b
+
     def sample_task(self, level: int, rng: random.Random) -> Task:
         return self.parse_proposal("".join(str(rng.randrange(10)) for _ in range(level + 1)))
 
