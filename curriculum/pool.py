@@ -99,13 +99,17 @@ class TaskPool:
     """Deduplicated by task text; holds at most ``capacity`` entries, oldest leave first.
 
     Tasks that leave (aged out, mastered or evicted) are kept in ``retired``, at most
-    ``capacity`` of them, newest last: the challenger's own past tasks, for replay.
+    ``capacity`` of them, newest last: the challenger's own past tasks, for replay. With
+    ``by_level``, a full ``retired`` drops the oldest task of the level it holds most of, and
+    replay draws level by level: a level mastered in the first rounds keeps its share of
+    replay however many tasks of later levels retire after it.
     """
 
-    def __init__(self, capacity: int, max_age: int, sampler: str = "frontier"):
+    def __init__(self, capacity: int, max_age: int, sampler: str = "frontier", by_level: bool = False):
         self.capacity = capacity
         self.max_age = max_age
         self.sampler = sampler
+        self.by_level = by_level
         self.entries: dict[str, PoolEntry] = {}
         self.retired: dict[str, PoolEntry] = {}
 
@@ -114,7 +118,17 @@ class TaskPool:
         self.retired.pop(text, None)
         self.retired[text] = entry
         while len(self.retired) > self.capacity:
-            self.retired.pop(next(iter(self.retired)))
+            self.retired.pop(self._evictee())
+
+    def _evictee(self) -> str:
+        """The retired task to drop: the oldest, or with ``by_level`` the oldest of the most-held level."""
+        if not self.by_level:
+            return next(iter(self.retired))
+        counts: dict[int, int] = {}
+        for e in self.retired.values():
+            counts[e.task.level] = counts.get(e.task.level, 0) + 1
+        most = max(counts, key=lambda lv: (counts[lv], lv))  # a tie drops from the higher level
+        return next(t for t, e in self.retired.items() if e.task.level == most)
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -166,9 +180,24 @@ class TaskPool:
         return picked
 
     def replay(self, n: int, rng: random.Random) -> list[PoolEntry]:
-        """Up to ``n`` distinct retired tasks, uniformly (every one if fewer)."""
+        """Up to ``n`` distinct retired tasks (every one if fewer): uniformly, or with ``by_level`` the levels
+        in turn, in a random order, a random task of each."""
         retired = list(self.retired.values())
-        return retired if len(retired) <= n else rng.sample(retired, n)
+        if len(retired) <= n:
+            return retired
+        if not self.by_level:
+            return rng.sample(retired, n)
+        levels: dict[int, list[PoolEntry]] = {}
+        for e in retired:
+            levels.setdefault(e.task.level, []).append(e)
+        queues = [rng.sample(group, len(group)) for _, group in sorted(levels.items())]
+        rng.shuffle(queues)
+        picked: list[PoolEntry] = []
+        while len(picked) < n:
+            for q in queues:
+                if q and len(picked) < n:
+                    picked.append(q.pop())
+        return picked
 
     def state_dict(self) -> dict:
         return {"entries": [e.to_dict() for e in self.entries.values()],
