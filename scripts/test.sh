@@ -1,9 +1,32 @@
 #!/usr/bin/env bash
-# Quick start 2/2: set up (venv + install with test extras) and run the whole test suite,
-# then the vLLM engine's tests in their own environment (scripts/test_vllm.sh).
+# Quick start 2/2: set up (venv + install with test extras, and the system tools some tests need:
+# bubblewrap for the sandbox's outer isolation, Chromium for the dashboard's screenshots) and run the
+# whole test suite, then the vLLM engine's tests in their own environment (scripts/test_vllm.sh).
 #   bash scripts/test.sh [pytest args]
+# A tool that cannot be installed here (not root with apt) is named in one line, and only the tests
+# that need it are skipped.
 source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh" "[dev]"
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions}"
+
+# need COMMAND PACKAGE WHAT: install PACKAGE if COMMAND is missing (root with apt only), else say what is skipped.
+SELFPLAY_TESTS_WITHOUT=""
+need() {
+  command -v "$1" >/dev/null 2>&1 && return 0
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "[test] installing $2 ($3)"
+    apt-get install -y -qq --no-install-recommends "$2" >/dev/null 2>&1 \
+      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends "$2" >/dev/null 2>&1; } \
+      || true
+  fi
+  if ! command -v "$1" >/dev/null 2>&1; then
+    echo "[test] $2 is missing, so the tests of $3 are skipped; install it with: sudo apt-get install $2"
+    SELFPLAY_TESTS_WITHOUT="$SELFPLAY_TESTS_WITHOUT $1"
+  fi
+}
+need bwrap bubblewrap "the sandbox's full isolation"
+need chromium chromium "the dashboard in a browser"
+export SELFPLAY_TESTS_WITHOUT
+
 python -m pytest -q "$@"
 # The vLLM engine's tests need their own environment (scripts/test_vllm.sh); run with the whole suite.
 if [ $# -eq 0 ]; then

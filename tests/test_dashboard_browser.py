@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from tests.conftest import TINY_OVERRIDES
+from tests.conftest import TINY_OVERRIDES, missing_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 INSTALL = "apt-get install -y --no-install-recommends chromium"
@@ -22,7 +22,7 @@ WIDTH, HEIGHT = 1400, 2000
 def chromium() -> str:
     path = shutil.which("chromium") or ("/usr/bin/chromium" if os.access("/usr/bin/chromium", os.X_OK) else None)
     if path is None:
-        pytest.fail(f"headless Chromium is needed for this test; install it with `{INSTALL}`")
+        missing_tool("chromium", f"headless Chromium is needed for this test; install it with `{INSTALL}`")
     return path
 
 

@@ -23,6 +23,7 @@ import pytest
 from solver.sandbox import (STATUSES, ExecResult, IsolationUnavailable, Sandbox,
                             SandboxError)
 from solver.sandbox import _host, _pool
+from tests.conftest import missing_tool
 
 REPO = Path(__file__).resolve().parents[2]
 # Hang guard: the timeout of snippets that must end by themselves, and how
@@ -30,12 +31,18 @@ REPO = Path(__file__).resolve().parents[2]
 SLOW_S = 30.0
 
 
+def needs_bwrap() -> None:
+    """For tests of behaviour that bubblewrap's presence decides."""
+    if not shutil.which("bwrap"):
+        missing_tool("bwrap", "full isolation unavailable on this host: " + _host.BWRAP_INSTALL_HINT)
+
+
 def make_box(**kwargs) -> Sandbox:
     """A sandbox with every isolation layer, or a failure naming the fix."""
     try:
         return Sandbox(strict=True, **kwargs)
     except IsolationUnavailable as exc:  # its message says what is missing
-        pytest.fail("full isolation unavailable on this host:\n%s" % exc)
+        missing_tool("bwrap", "full isolation unavailable on this host:\n%s" % exc)
 
 
 @pytest.fixture(scope="module")
@@ -505,6 +512,7 @@ def test_fallback_without_bwrap_warns_once_and_reports():
 
 
 def test_strict_refuses_partial_isolation():
+    needs_bwrap()
     with pytest.raises(IsolationUnavailable, match="use_bwrap=False was passed"):
         Sandbox(workers=1, use_bwrap=False, strict=True)
 
@@ -549,6 +557,7 @@ def test_missing_layers_message_names_the_cause(missing, host, bwrap_used,
 
 def test_no_seccomp_for_the_architecture_is_warned_as_such(monkeypatch):
     """A host whose architecture has no filter: the warning names seccomp, not bwrap."""
+    needs_bwrap()
     real = _host.probe_host()
     assert real.bwrap, "full isolation unavailable on this host: " + _host.BWRAP_INSTALL_HINT
     monkeypatch.setattr(_host, "probe_host",
@@ -668,6 +677,7 @@ def _python_for(uid: int) -> str | None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to switch to uid 65534")
 def test_unprivileged_user_namespace_mode():
     """The same guarantees when the trainer is not root (bwrap --unshare-user)."""
+    needs_bwrap()
     if not shutil.which("setpriv"):
         pytest.skip("setpriv (util-linux) not installed")
     exe = _python_for(65534)

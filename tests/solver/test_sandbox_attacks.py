@@ -393,6 +393,7 @@ def _pids_of_uid(uid: int) -> list[int]:
                     reason="snippets get uids of their own only when the trainer is root")
 def test_pools_in_two_processes_never_share_a_uid(monkeypatch):
     """RLIMIT_NPROC counts per uid: a shared uid lets one pool starve another."""
+    make_box(workers=1).close()  # the other process's pool needs full isolation too
     other = subprocess.Popen([sys.executable, "-c", OTHER_POOL, str(REPO)],
                              stdout=subprocess.PIPE, text=True, cwd="/")
     try:
