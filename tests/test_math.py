@@ -110,6 +110,7 @@ def selfplay(*args):
     return proc
 
 
+@pytest.mark.slow
 def test_a_math_round_on_a_random_chat_model(tmp_path):
     """The CPU smoke config for one round: chat-templated prompts in the task records, majority labels and
     shares of the hidden labelled tasks, curriculum/label_accuracy logged; the random model's garbage
