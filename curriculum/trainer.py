@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from challenger.role import Challenger, Proposal, per_type_stats, rejection_reasons
-from curriculum import dashboard, runstate
+from curriculum import dashboard, health, runstate
 from curriculum.checkpoint import atomic_write, read_state
 from curriculum.config import Config, to_yaml
 from curriculum.engine.distributed import check_world, init_dist, run_sharded, wrap_deepspeed
@@ -94,6 +94,7 @@ class SelfPlayTrainer:
         self.stage = 0  # stages of round self.round + 1 completed
         self.last_checkpoint = None
         self.stop = StopOnSignal()
+        self.stop_reason = ""  # set when a health.stop_on alarm ends the run
         self.steps = {r: 0 for r in ROLES}
         self.task_log: list[dict] = []
         wandb_id, keep_lines = None, 0
@@ -155,8 +156,13 @@ class SelfPlayTrainer:
                 for r in tqdm(range(first, self.cfg.train.rounds + 1), desc="rounds", initial=self.round,
                               total=self.cfg.train.rounds, disable=None if self.progress else True):
                     if not self.run_round(r):
-                        log.warning("stopped by signal; checkpoint %s written, resume with "
-                                    "`selfplay train --resume %s`", self.last_checkpoint, self.rundir.path)
+                        if self.stop_reason:
+                            log.warning("stopped by %s; checkpoint %s written, resume with `selfplay train --resume "
+                                        "%s` (take the alarm out of health.stop_on to go on)", self.stop_reason,
+                                        self.last_checkpoint, self.rundir.path)
+                        else:
+                            log.warning("stopped by signal; checkpoint %s written, resume with "
+                                        "`selfplay train --resume %s`", self.last_checkpoint, self.rundir.path)
                         return
             finally:
                 self.monitor.close()
@@ -201,10 +207,11 @@ class SelfPlayTrainer:
         self.monitor.log({**times, **self.rollouts.token_stats(), **self.env_stats()}, round=r, phase="round")
         if self.dist.is_main:
             log.info(self.monitor.summary(r, self.cfg.train.rounds))
+        self.check_health(r)
         self.stage = 0
         self.save_checkpoint(r)
         self.write_dashboard()
-        return not self.stop.requested
+        return not (self.stop.requested or self.stop_reason)
 
     def run_stage(self, r: int, phase: str, step: int) -> None:
         if phase == "challenger":
@@ -484,6 +491,20 @@ class SelfPlayTrainer:
         self.monitor.log(results, round=r, phase="eval")
         return results
 
+    def check_health(self, r: int) -> None:
+        """Health alarms (curriculum/health.py) from the metrics logged so far: WARN lines when one starts or
+        clears, health/* metrics, and ``self.stop_reason`` when one named in ``health.stop_on`` is on."""
+        reason = ""
+        if self.dist.is_main:
+            report = health.check(health.read_rows(self.monitor.path), r, health.context(self.cfg), self.cfg.health.stop_on)
+            health.log_report(report, r)
+            for name in report.started:
+                self.monitor.alert(f"health: {name}", f"round {r}: {report.active[name].text}")
+            self.monitor.log(report.metrics() | ({"health/stop_reason": report.stop} if report.stop else {}),
+                             round=r, phase="health")
+            reason = report.stop
+        self.stop_reason = self.dist.broadcast_object(reason)
+
     def env_stats(self) -> dict[str, float]:
         """How much the environment's counters (``env.stats()``: sandbox executions, ...) grew since the last
         call, summed over the ranks. Results an environment caches are not run again, so a resumed run may
@@ -571,6 +592,7 @@ class SelfPlayTrainer:
             "round": self.round, "stage": self.stage, "steps": self.steps, "tokens": self.rollouts.tokens,
             "levels": self.levels.state_dict(), "wandb_id": self.monitor.wandb_id, "metrics_lines": self.monitor.lines,
             "finished": self.round >= self.cfg.train.rounds and self.stage == 0, "time": time.time(),
+            "stop_reason": self.stop_reason,
         }
         self.monitor.flush()
         runstate.check_in_sync(self.dist, self.fingerprint(), f"round {self.round} stage {self.stage}")
