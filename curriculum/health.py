@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 log = logging.getLogger("selfplay")
@@ -282,13 +281,6 @@ def context(cfg) -> Context:
     return Context(cfg.health, cfg.solver.batch_prompts, cfg.curriculum.mode == "selfplay")
 
 
-def read_rows(metrics: Path) -> Rows:
-    """The run's per-round metrics, without the health records themselves."""
-    from curriculum.dashboard import per_round  # the dashboard imports this module
-
-    return {r: {k: v for k, v in m.items() if not k.startswith("health/")} for r, m in per_round(metrics).items()}
-
-
 @dataclass
 class Report:
     """One round's health: the alarms on, those that started and cleared, and the stop reason (or "")."""
@@ -308,8 +300,9 @@ class Report:
 
 
 def check(rows: Rows, r: int, c: Context, stop_on: list[str]) -> Report:
-    """Round ``r``'s alarms against round ``r - 1``'s (both from ``rows``): what started, what cleared, and
-    whether an alarm in ``stop_on`` is on."""
+    """Round ``r``'s alarms against round ``r - 1``'s (both from ``rows``, the run's ``dashboard.per_round``;
+    health/* records are left out): what started, what cleared, and whether an alarm in ``stop_on`` is on."""
+    rows = {k: {key: v for key, v in m.items() if not key.startswith("health/")} for k, m in rows.items()}
     now = evaluate(upto(rows, r), c)
     before = evaluate(upto(rows, r - 1), c) if r - 1 in rows else {}
     stopping = [n for n in stop_on if n in now]

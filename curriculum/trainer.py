@@ -355,11 +355,15 @@ class SelfPlayTrainer:
             proposals += batch
         if not any(p.valid for p in proposals):
             reasons = rejection_reasons(proposals).most_common(3)
-            # A frozen curriculum otherwise shows only as skipped solver steps.
+            # A frozen curriculum otherwise shows only as skipped solver steps. Without an update yet, the
+            # cause is the format, not a collapse (the health alarm challenger_invalid reads the history).
+            cause = ("no challenger update has happened yet: the model does not write the environment's proposal "
+                     "format; check the challenger prompt and model.warmup.challenger_fraction"
+                     if self.steps["challenger"] == 0 else
+                     "if earlier rounds had valid proposals, an update collapsed the challenger: raise "
+                     "challenger.optim.warmup_steps or lower challenger.optim.lr (health alarm challenger_invalid)")
             log.warning("round %d: none of the challenger's %d fill proposals was valid (%s), so nothing joins the "
-                        "pool; a challenger that collapsed after an update often needs smaller first steps: "
-                        "raise challenger.optim.warmup_steps or lower challenger.optim.lr", r, len(proposals),
-                        ", ".join(f"{k} {v}" for k, v in reasons))
+                        "pool; %s", r, len(proposals), ", ".join(f"{k} {v}" for k, v in reasons), cause)
         stats = {
             "curriculum/fill_batches": len(proposals) // cc.fill_proposals,
             "curriculum/proposals": len(proposals),
@@ -496,7 +500,8 @@ class SelfPlayTrainer:
         clears, health/* metrics, and ``self.stop_reason`` when one named in ``health.stop_on`` is on."""
         reason = ""
         if self.dist.is_main:
-            report = health.check(health.read_rows(self.monitor.path), r, health.context(self.cfg), self.cfg.health.stop_on)
+            report = health.check(dashboard.per_round(self.monitor.path), r, health.context(self.cfg),
+                                  self.cfg.health.stop_on)
             health.log_report(report, r)
             for name in report.started:
                 self.monitor.alert(f"health: {name}", f"round {r}: {report.active[name].text}")
