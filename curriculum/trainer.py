@@ -205,9 +205,9 @@ class SelfPlayTrainer:
         if any(t is not None for t in self.rollouts.role_tools.values()):
             times["time/sandbox_s"] = self.rollouts.sandbox_s
         self.monitor.log({**times, **self.rollouts.token_stats(), **self.env_stats()}, round=r, phase="round")
+        self.check_health(r)
         if self.dist.is_main:
             log.info(self.monitor.summary(r, self.cfg.train.rounds))
-        self.check_health(r)
         self.stage = 0
         self.save_checkpoint(r)
         self.write_dashboard()

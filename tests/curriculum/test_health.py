@@ -1,5 +1,6 @@
 """Health alarms on synthetic metric streams: each fires on its failure, clears when it ends, and a
 healthy stream raises none."""
+import json
 import math
 
 import pytest
@@ -155,3 +156,36 @@ def test_health_config_is_validated():
         load_config("configs/demo_cpu.yaml", ["health.forget_margin=2"])
     with pytest.raises(ConfigError, match=r"health.stop_on must be a list"):
         load_config("configs/demo_cpu.yaml", ["health.stop_on=plateau"])
+
+
+def write_health_run(run, on: dict[str, list[int]], rounds: int = 5):
+    """A run directory with held-out evaluations and one health record per round (alarm -> rounds on)."""
+    from curriculum.config import to_yaml
+
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(to_yaml(load_config("configs/demo_cpu.yaml", [f"run.dir={run}"])))
+    lines = [{"round": 0, "phase": "eval", "eval/accuracy": 0.4}]
+    for r in range(1, rounds + 1):
+        record = {f"health/{n}": float(r in on.get(n, [])) for n in health.ALARMS}
+        record.update({f"health/{n}/value": 0.5 * r for n, rs in on.items() if r in rs})
+        record["health/active"] = sum(r in rs for rs in on.values())
+        lines += [{"round": r, "phase": "eval", "eval/accuracy": 0.4 - 0.05 * r}, {"round": r, "phase": "health", **record}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return run
+
+
+def test_dashboard_health_panel_and_markers(tmp_path):
+    from curriculum import dashboard
+
+    page = dashboard.render(write_health_run(tmp_path / "sick", {"kl": [2, 3], "solver_collapse": [4, 5]}))
+    panel = page.split("<h2 id='health'>Health</h2>", 1)[1].split("<h2>", 1)[0]
+    assert page.index("id='health'") < page.index("<h2>Held-out benchmark</h2>")  # at the top
+    rows = panel.split("<tr class=")[1:]
+    assert rows[0].startswith("'on'><td><b>solver_collapse</b></td><td>ON</td><td>4-5</td><td>value 2.5</td>")
+    assert rows[1].startswith("'past'><td><b>kl</b></td><td>cleared</td><td>2-3</td><td>value 1.5</td>")
+    accuracy = page.split("<figcaption>Held-out accuracy", 1)[1].split("</figure>", 1)[0]
+    assert accuracy.count('class="alarm"') == 2
+    assert "<title>health alarm kl from round 2</title>" in accuracy
+    assert "<title>health alarm solver_collapse from round 4</title>" in accuracy
+    quiet = dashboard.render(write_health_run(tmp_path / "quiet", {}))
+    assert "no alarm has fired (checked every round, last at round 5)" in quiet and 'class="alarm"' not in quiet
