@@ -155,7 +155,7 @@ def _status(args) -> int:
         for s in statuses:
             print(json.dumps(s))
     else:
-        print(_table([["RUN", "STATE", "ROUND", "CHECKPOINT", "INFO"], *map(_status_row, statuses)]))
+        print(_table([["RUN", "STATE", "ROUND", "CHECKPOINT", "ALARMS", "INFO"], *map(_status_row, statuses)]))
     return 0
 
 
@@ -164,7 +164,9 @@ def _status_row(s: dict) -> list[str]:
     reached = f"{s['round']}/{s['rounds']}" if "round" in s else "-"
     checkpoint = Path(s["checkpoint"]).name if s.get("checkpoint") else "-"
     info = f"{s['pid']}@{s['host']}" if s["state"] == "running" else s.get("error", "")
-    return [s["run"], s["state"], reached, checkpoint, info]
+    if s.get("stop_reason"):
+        info = (info + "; " if info else "") + s["stop_reason"].split(" (", 1)[0]
+    return [s["run"], s["state"], reached, checkpoint, ",".join(s.get("alarms", [])) or "-", info]
 
 
 def _table(rows: list[list[str]]) -> str:

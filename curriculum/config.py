@@ -399,6 +399,49 @@ class RolloutConfig:
 
 
 @dataclass
+class HealthConfig:
+    """Curriculum health alarms (curriculum/health.py, docs/health.md): thresholds, and which alarms stop the run."""
+
+    # Alarms that end the run cleanly (final checkpoint, reason logged) when they fire, e.g. [plateau, solver_collapse];
+    # [] = alarms only warn. Names: see docs/health.md.
+    stop_on: list[str] = field(default_factory=list)
+    # solver_collapse: a held-out score (mean@k, else greedy accuracy) or solver reward at or below this counts as collapsed.
+    collapse_score: float = 0.05
+    # solver_collapse: evaluations (held-out) or rounds (reward, entropy) in a row at or below the threshold.
+    collapse_rounds: int = 2
+    # solver_collapse: solver entropy (nats per token) at or below this counts as collapsed; 0 = off.
+    entropy_floor: float = 0.01
+    # forgetting: held-out accuracy at which a level counts as mastered.
+    master_score: float = 0.8
+    # forgetting: a mastered level whose accuracy falls more than this below its best.
+    forget_margin: float = 0.3
+    # stalled: rounds without a new high of the frontier level and of the accepted task level.
+    stall_rounds: int = 10
+    # plateau: evaluations without a held-out gain of at least plateau_gain over the best before them.
+    plateau_evals: int = 10
+    # plateau: the smallest held-out gain that counts.
+    plateau_gain: float = 0.01
+    # pool_starved: rounds in a row with the pool smaller than a solver batch (solver.batch_prompts).
+    pool_rounds: int = 3
+    # challenger_invalid: the challenger's valid share at or below this.
+    valid_floor: float = 0.05
+    # challenger_collapse: share of distinct proposals at or below this.
+    unique_floor: float = 0.2
+    # challenger_collapse: mean repetition penalty of valid proposals at or above this.
+    repetition_ceiling: float = 0.8
+    # label_accuracy: pseudo-label accuracy more than this below its best.
+    label_drop: float = 0.15
+    # no_signal: share of solver groups whose answers all score the same at or above this ...
+    no_signal_ceiling: float = 0.9
+    # no_signal: ... for this many rounds in a row.
+    no_signal_rounds: int = 3
+    # kl: a role's approx_kl or kl above this.
+    kl_ceiling: float = 2.0
+    # kl: a role's engine_logprob_gap (mean |trainer - engine| log-prob per token) above this.
+    logprob_gap_ceiling: float = 0.5
+
+
+@dataclass
 class Config:
     run: RunConfig = field(default_factory=RunConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -416,6 +459,7 @@ class Config:
     rl: RLConfig = field(default_factory=RLConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
 
 
 # Where the solver's tasks come from (curriculum.mode).
@@ -425,8 +469,10 @@ MODES = ("selfplay", "uniform", "uniform_filtered", "adaptive")
 _FREE_KEYS = {"env.kwargs"}
 
 # Keys that may change when a run is resumed; every other change is refused.
-# distributed.*: checkpoints are independent of the engine and the number of ranks; rollout.*: of the sampling engine.
-RESUMABLE_KEYS = ("train.rounds", "run.dir", "run.threads", "log.", "wandb.", "checkpoint.", "distributed.", "rollout.")
+# distributed.*: checkpoints are independent of the engine and the number of ranks; rollout.*: of the sampling engine;
+# health.*: alarms only read the metrics (a run stopped by health.stop_on resumes with the alarm taken out).
+RESUMABLE_KEYS = ("train.rounds", "run.dir", "run.threads", "log.", "wandb.", "checkpoint.", "distributed.", "rollout.",
+                 "health.")
 
 
 def is_resumable(key: str) -> bool:
@@ -798,6 +844,23 @@ RANGES: dict[str, Range] = {
     "rollout.gpu_memory_utilization": Range(0, 1, open_lo=True),
     "rollout.tis_cap": _NON_NEGATIVE,  # and 0 or >= 1: _check_rollout
     "rollout.max_model_len": Range(0, 1 << 24),
+    "health.collapse_score": Range(),
+    "health.collapse_rounds": Range(1, 10**4),
+    "health.entropy_floor": _NON_NEGATIVE,
+    "health.master_score": _FRACTION,
+    "health.forget_margin": _FRACTION,
+    "health.stall_rounds": Range(1, 10**4),
+    "health.plateau_evals": Range(1, 10**4),
+    "health.plateau_gain": _NON_NEGATIVE,
+    "health.pool_rounds": Range(1, 10**4),
+    "health.valid_floor": _FRACTION,
+    "health.unique_floor": _FRACTION,
+    "health.repetition_ceiling": _NON_NEGATIVE,
+    "health.label_drop": _FRACTION,
+    "health.no_signal_ceiling": _FRACTION,
+    "health.no_signal_rounds": Range(1, 10**4),
+    "health.kl_ceiling": _POSITIVE,
+    "health.logprob_gap_ceiling": _POSITIVE,
 }
 # Checkpoint names hold the stage inside a round in three digits (round_0002+003).
 MAX_STAGES = 999
@@ -861,6 +924,10 @@ def _check_choices(cfg: Config) -> None:
               f"model.attn_implementation {cfg.model.attn_implementation!r}; choose from {', '.join(kernels)}, or empty")
     _need(cfg.rl.backend in ("auto", "torch", "triton"), f"rl.backend {cfg.rl.backend!r}; choose auto, torch or triton")
     _need(cfg.wandb.mode in ("offline", "online", "disabled"), f"wandb.mode {cfg.wandb.mode!r}; choose offline, online or disabled")
+    from curriculum.health import ALARMS
+
+    for name in cfg.health.stop_on:
+        _need(name in ALARMS, f"health.stop_on: {name!r} is not an alarm; choose from {', '.join(ALARMS)}")
     for role in ("challenger", "solver"):
         tc: ToolUseConfig = getattr(cfg, role)
         for name in tc.tools:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import yaml
 
+from curriculum import health
 from curriculum.checkpoint import atomic_write
 from curriculum.rundir import RunDir, run_status
 
@@ -358,12 +359,13 @@ def _legend(labels: list[str], colors: list[str], band_labels: list[str], ramp: 
 def line_chart(title: str, lines: dict[str, list[tuple[float, float]]], *, y_title: str = "", x_title: str = "round",
                rate: bool = False, integer: bool = False, step: bool = False, ramp: bool = False,
                bands: dict[str, list[tuple[float, float, float, float]]] | None = None,
-               x_span: tuple[float, float] | None = None) -> str:
+               x_span: tuple[float, float] | None = None, markers: list[tuple[float, str]] | None = None) -> str:
     """An SVG chart of ``lines`` (label -> [(x, y)]) and ``bands`` (label -> [(x, p10, p50, p90)]:
     p10-p90 shaded, the median drawn). NaN/inf points and empty series are left out. ``rate``:
     a 0..1 axis in quarters; ``integer``: whole y ticks; ``step``: each value held until the
     next x; ``ramp``: the lines are ordered levels; ``x_span``: the x range to cover (the
-    page's rounds), if wider than the data's."""
+    page's rounds), if wider than the data's; ``markers``: (x, label) of vertical marks (health alarms
+    that started there)."""
     lines = {k: pts for k, v in lines.items() if (pts := _finite(v))}
     bands = {k: pts for k, v in (bands or {}).items() if (pts := _finite(v))}
     head = f"<figure><figcaption>{html.escape(title)}</figcaption>"
@@ -381,8 +383,15 @@ def line_chart(title: str, lines: dict[str, list[tuple[float, float]]], *, y_tit
         parts.append(_band(ax, label, pts, color, x_title, dots))
     for (label, pts), color in zip(lines.items(), colors[len(bands):]):
         parts.append(_line(ax, label, pts, color, x_title, step, dots))
+    parts += [_marker(ax, x, label) for x, label in markers or [] if ax.x_range[0] <= x <= ax.x_range[1]]
     parts.append("</svg>")
     return head + "".join(parts) + _legend(list(lines), colors, list(bands), ramp) + "</figure>"
+
+
+def _marker(ax: Axes, x: float, label: str) -> str:
+    qx, _ = ax.px(x, ax.y_ticks[0])
+    return (f'<line x1="{qx:.1f}" x2="{qx:.1f}" y1="{ax.top}" y2="{ax.height - ax.bottom}" class="alarm">'
+            f"<title>{html.escape(label)}</title></line>")
 
 
 def _tip(x_title: str, x: float) -> str:
@@ -544,6 +553,8 @@ summary{cursor:pointer;padding:6px 10px;font-weight:600} details[open] summary{b
 table.proposals{width:100%;border:0} table.proposals td:first-child{width:70%}
 tr.accepted td{background:#eef8ee} tr.rejected td{color:#6b7280}
 code{white-space:pre-wrap;word-break:break-all;font-size:12px}
+.alarm{stroke:#d62728;stroke-width:1.5;stroke-dasharray:4 3} .ok{color:#2c7a3f}
+table.health tr.on td{background:#fdecea} table.health tr.past td{color:#6b7280}
 """
 
 
@@ -559,14 +570,15 @@ def _charts(charts: list[str]) -> str:
     return "<div class='charts'>" + "".join(charts) + "</div>"
 
 
-def _chart(spec: Chart, rows: dict[int, dict[str, float]], span: tuple[float, float] | None) -> str:
+def _chart(spec: Chart, rows: dict[int, dict[str, float]], span: tuple[float, float] | None,
+           markers: list[tuple[float, str]] | None = None) -> str:
     """``spec`` over the run's rounds; "" for an optional chart with nothing logged."""
     lines = {label: series(rows, k) for k, label in spec.lines}
     bands = {label: band(rows, prefix) for prefix, label in spec.bands}
     if spec.optional and not any([*lines.values(), *bands.values()]):
         return ""
     return line_chart(spec.title, lines, y_title=spec.y_title, rate=spec.rate, integer=spec.integer, step=spec.step,
-                      bands=bands, x_span=span)
+                      bands=bands, x_span=span, markers=markers)
 
 
 def _tier_charts(rows: dict[int, dict[str, float]], span: tuple[float, float] | None) -> list[str]:
@@ -584,6 +596,46 @@ def _heatmaps(rows: dict[int, dict[str, float]]) -> list[str]:
     return [f"<h3>{title}, % by level and round</h3>" + _heatmap(rows, metric)
             for metric, title in (("eval/accuracy", "Greedy accuracy"), ("eval/mean_at_k", "mean@k"))
             if tiers(rows, metric)]
+
+
+def _ranges(rounds: list[int]) -> list[tuple[int, int]]:
+    """[3, 4, 5, 8] -> [(3, 5), (8, 8)]."""
+    out: list[tuple[int, int]] = []
+    for r in rounds:
+        if out and r == out[-1][1] + 1:
+            out[-1] = (out[-1][0], r)
+        else:
+            out.append((r, r))
+    return out
+
+
+def alarm_markers(rows: dict[int, dict[str, float]]) -> list[tuple[float, str]]:
+    """(round, label) of each round at which a health alarm started."""
+    return sorted((a, f"health alarm {name} from round {a}") for name, rounds in health.timeline(rows).items()
+                  for a, _ in _ranges(rounds))
+
+
+def _health_panel(rows: dict[int, dict[str, float]]) -> str:
+    """Alarms on at the last checked round first, then those that fired and cleared (docs/health.md)."""
+    checked = [r for r, m in rows.items() if "health/active" in m]
+    if not checked:
+        return "<p class='none'>no health check yet</p>"
+    fired, last = health.timeline(rows), rows[checked[-1]]
+    if not fired:
+        return f"<p class='ok'>no alarm has fired (checked every round, last at round {checked[-1]})</p>"
+    body = []
+    for name in sorted(fired, key=lambda n: (last.get(f"health/{n}") != 1, n)):
+        on = last.get(f"health/{name}") == 1
+        when = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in _ranges(fired[name]))
+        values = {k.rsplit("/", 1)[1]: v for k, v in (last if on else rows[fired[name][-1]]).items()
+                  if k.startswith(f"health/{name}/")}
+        shown = ", ".join(f"{k} {_fmt(v)}" for k, v in values.items())
+        doc = " ".join((health.ALARMS[name].__doc__ or "").split())
+        body.append(f"<tr class='{'on' if on else 'past'}'><td><b>{html.escape(name)}</b></td>"
+                    f"<td>{'ON' if on else 'cleared'}</td><td>{when}</td><td>{html.escape(shown)}</td>"
+                    f"<td>{html.escape(doc)}</td></tr>")
+    return ("<table class='health'><tr><th>alarm</th><th>now</th><th>rounds on</th><th>values (last on)</th>"
+            "<th>meaning (docs/health.md)</th></tr>" + "".join(body) + "</table>")
 
 
 def _header(rd: RunDir) -> str:
@@ -606,11 +658,13 @@ def render(run_dir: Path, refresh_s: int = 0, proposals: int = PROPOSALS_PER_ROU
     span = (min(rows), max(rows)) if rows else None
     digests = {r: round_digest(path, proposals) for r, path in rd.task_files().items()}
 
+    markers = alarm_markers(rows)
+
     def charts(specs: list[Chart]) -> list[str]:
-        return [_chart(spec, rows, span) for spec in specs]
+        return [_chart(spec, rows, span, markers) for spec in specs]
 
     bench = charts(BENCHMARK)
-    body = [_header(rd),
+    body = [_header(rd), "<h2 id='health'>Health</h2>", _health_panel(rows),
             "<h2>Held-out benchmark</h2>", _charts(bench[:1] + _tier_charts(rows, span) + bench[1:]), *_heatmaps(rows),
             "<h2>Curriculum</h2>", _charts(charts(CURRICULUM)),
             "<h3>Accepted tasks by level</h3><p class='meta'>Fill-phase proposals inside the band, before "

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import time
@@ -48,6 +49,7 @@ class Monitor:
         self._round_values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
         self.wandb = None
         self.wandb_id = wandb_id
+        self.wandb_mode = wandb_mode
         if wandb_mode != "disabled":
             self._init_wandb(run_dir, config, wandb_mode, project, entity, name)
 
@@ -79,6 +81,15 @@ class Monitor:
         """One line on what round ``round`` did (then forgets it)."""
         return summary_line(round, rounds, self._round_values.pop(round, {}))
 
+    def alert(self, title: str, text: str) -> None:
+        """A wandb alert (an e-mail or Slack message) in online mode; a failure to send is logged, never fatal."""
+        if self.wandb is None or self.wandb_mode != "online":
+            return
+        try:
+            self.wandb.alert(title=title, text=text[:1000])
+        except Exception as exc:  # noqa: BLE001 - the alarm is already in the log and the metrics
+            logging.getLogger("selfplay").warning("wandb.alert failed: %s", exc)
+
     def table(self, name: str, columns: list[str], rows: list[list], *, round: int) -> None:
         if self.wandb is not None and rows:
             import wandb
@@ -106,6 +117,9 @@ class NullMonitor:
         pass
 
     def table(self, *a, **k):
+        pass
+
+    def alert(self, *a, **k):
         pass
 
     def summary(self, *a, **k) -> str:

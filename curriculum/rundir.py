@@ -184,6 +184,25 @@ def lock_holder(run_dir: RunDir) -> dict | None:
         os.close(fd)
 
 
+def active_alarms(rd: RunDir) -> list[str]:
+    """The health alarms on at the last round health was checked (its last ``phase: health`` record)."""
+    last: dict = {}
+    try:
+        with open(rd.metrics, encoding="utf-8") as f:
+            for line in f:
+                if '"health"' in line:
+                    try:
+                        rec = json.loads(line)
+                    except ValueError:  # a torn last line
+                        continue
+                    if isinstance(rec, dict) and rec.get("phase") == "health":
+                        last = rec
+    except OSError:
+        return []
+    return [k.split("/", 1)[1] for k, v in last.items()
+            if k.startswith("health/") and k.count("/") == 1 and k != "health/active" and v == 1]
+
+
 def run_status(run_dir: Path | RunDir) -> dict:
     """What a run directory holds, read-only: rounds, round reached, newest intact checkpoint, state.
 
@@ -209,7 +228,9 @@ def run_status(run_dir: Path | RunDir) -> dict:
             out.update(state="invalid", error=f"unreadable {latest / 'state.json'}: {exc}")
             return out
     out.update(round=int(state.get("round", 0)), checkpoint=str(latest) if latest else None,
-               finished=bool(state.get("finished")))
+               finished=bool(state.get("finished")), alarms=active_alarms(rd))
+    if state.get("stop_reason"):
+        out["stop_reason"] = state["stop_reason"]
     if holder is not None:
         out.update(state="running", pid=holder.get("pid"), host=holder.get("host"))
     else:

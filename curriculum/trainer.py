@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from challenger.role import Challenger, Proposal, per_type_stats, rejection_reasons
-from curriculum import dashboard, runstate
+from curriculum import dashboard, health, runstate
 from curriculum.checkpoint import atomic_write, read_state
 from curriculum.config import Config, to_yaml
 from curriculum.engine.distributed import check_world, init_dist, run_sharded, wrap_deepspeed
@@ -94,6 +94,7 @@ class SelfPlayTrainer:
         self.stage = 0  # stages of round self.round + 1 completed
         self.last_checkpoint = None
         self.stop = StopOnSignal()
+        self.stop_reason = ""  # set when a health.stop_on alarm ends the run
         self.steps = {r: 0 for r in ROLES}
         self.task_log: list[dict] = []
         wandb_id, keep_lines = None, 0
@@ -155,8 +156,13 @@ class SelfPlayTrainer:
                 for r in tqdm(range(first, self.cfg.train.rounds + 1), desc="rounds", initial=self.round,
                               total=self.cfg.train.rounds, disable=None if self.progress else True):
                     if not self.run_round(r):
-                        log.warning("stopped by signal; checkpoint %s written, resume with "
-                                    "`selfplay train --resume %s`", self.last_checkpoint, self.rundir.path)
+                        if self.stop_reason:
+                            log.warning("stopped by %s; checkpoint %s written, resume with `selfplay train --resume "
+                                        "%s` (take the alarm out of health.stop_on to go on)", self.stop_reason,
+                                        self.last_checkpoint, self.rundir.path)
+                        else:
+                            log.warning("stopped by signal; checkpoint %s written, resume with "
+                                        "`selfplay train --resume %s`", self.last_checkpoint, self.rundir.path)
                         return
             finally:
                 self.monitor.close()
@@ -199,12 +205,13 @@ class SelfPlayTrainer:
         if any(t is not None for t in self.rollouts.role_tools.values()):
             times["time/sandbox_s"] = self.rollouts.sandbox_s
         self.monitor.log({**times, **self.rollouts.token_stats(), **self.env_stats()}, round=r, phase="round")
+        self.check_health(r)
         if self.dist.is_main:
             log.info(self.monitor.summary(r, self.cfg.train.rounds))
         self.stage = 0
         self.save_checkpoint(r)
         self.write_dashboard()
-        return not self.stop.requested
+        return not (self.stop.requested or self.stop_reason)
 
     def run_stage(self, r: int, phase: str, step: int) -> None:
         if phase == "challenger":
@@ -350,11 +357,15 @@ class SelfPlayTrainer:
             proposals += batch
         if not any(p.valid for p in proposals):
             reasons = rejection_reasons(proposals).most_common(3)
-            # A frozen curriculum otherwise shows only as skipped solver steps.
+            # A frozen curriculum otherwise shows only as skipped solver steps. Without an update yet, the
+            # cause is the format, not a collapse (the health alarm challenger_invalid reads the history).
+            cause = ("no challenger update has happened yet: the model does not write the environment's proposal "
+                     "format; check the challenger prompt and model.warmup.challenger_fraction"
+                     if self.steps["challenger"] == 0 else
+                     "if earlier rounds had valid proposals, an update collapsed the challenger: raise "
+                     "challenger.optim.warmup_steps or lower challenger.optim.lr (health alarm challenger_invalid)")
             log.warning("round %d: none of the challenger's %d fill proposals was valid (%s), so nothing joins the "
-                        "pool; a challenger that collapsed after an update often needs smaller first steps: "
-                        "raise challenger.optim.warmup_steps or lower challenger.optim.lr", r, len(proposals),
-                        ", ".join(f"{k} {v}" for k, v in reasons))
+                        "pool; %s", r, len(proposals), ", ".join(f"{k} {v}" for k, v in reasons), cause)
         stats = {
             "curriculum/fill_batches": len(proposals) // cc.fill_proposals,
             "curriculum/proposals": len(proposals),
@@ -491,6 +502,21 @@ class SelfPlayTrainer:
         self.monitor.log(results, round=r, phase="eval")
         return results
 
+    def check_health(self, r: int) -> None:
+        """Health alarms (curriculum/health.py) from the metrics logged so far: WARN lines when one starts or
+        clears, health/* metrics, and ``self.stop_reason`` when one named in ``health.stop_on`` is on."""
+        reason = ""
+        if self.dist.is_main:
+            report = health.check(dashboard.per_round(self.monitor.path), r, health.context(self.cfg),
+                                  self.cfg.health.stop_on)
+            health.log_report(report, r)
+            for name in report.started:
+                self.monitor.alert(f"health: {name}", f"round {r}: {report.active[name].text}")
+            self.monitor.log(report.metrics() | ({"health/stop_reason": report.stop} if report.stop else {}),
+                             round=r, phase="health")
+            reason = report.stop
+        self.stop_reason = self.dist.broadcast_object(reason)
+
     def env_stats(self) -> dict[str, float]:
         """How much the environment's counters (``env.stats()``: sandbox executions, ...) grew since the last
         call, summed over the ranks. Results an environment caches are not run again, so a resumed run may
@@ -578,6 +604,7 @@ class SelfPlayTrainer:
             "round": self.round, "stage": self.stage, "steps": self.steps, "tokens": self.rollouts.tokens,
             "levels": self.levels.state_dict(), "wandb_id": self.monitor.wandb_id, "metrics_lines": self.monitor.lines,
             "finished": self.round >= self.cfg.train.rounds and self.stage == 0, "time": time.time(),
+            "stop_reason": self.stop_reason,
         }
         self.monitor.flush()
         runstate.check_in_sync(self.dist, self.fingerprint(), f"round {self.round} stage {self.stage}")

@@ -253,16 +253,21 @@ def test_status_table_json_and_errors(tmp_path):
     done = make_run(tmp_path / "runs" / "done", rounds=3, reached=3, finished=True)
     live = make_run(tmp_path / "runs" / "live", rounds=6, reached=1)
     make_run(tmp_path / "runs" / "fresh", rounds=2)
+    # the last health record is what counts: plateau has cleared, stalled is on
+    (done / "metrics.jsonl").write_text("".join(json.dumps({"round": r, "phase": "health", **m}) + "\n" for r, m in [
+        (2, {"health/plateau": 1, "health/stalled": 0, "health/active": 1}),
+        (3, {"health/plateau": 0, "health/stalled": 1, "health/stalled/frontier_level": 3, "health/active": 1})]))
     with RunLock(RunDir(live)):  # as a trainer holds it
         table = selfplay("status", "--root", tmp_path / "runs").stdout.splitlines()
         lines = selfplay("status", "--root", tmp_path / "runs", "--json").stdout.splitlines()
-    assert table[0].split() == ["RUN", "STATE", "ROUND", "CHECKPOINT", "INFO"]
+    assert table[0].split() == ["RUN", "STATE", "ROUND", "CHECKPOINT", "ALARMS", "INFO"]
     rows = {Path(line.split()[0]).name: line.split()[1:] for line in table[1:]}
-    assert rows == {"done": ["finished", "3/3", "round_0003"],
-                    "fresh": ["new", "0/2", "-"],
-                    "live": ["running", "1/6", "round_0001", f"{os.getpid()}@{socket.gethostname()}"]}
+    assert rows == {"done": ["finished", "3/3", "round_0003", "stalled"],
+                    "fresh": ["new", "0/2", "-", "-"],
+                    "live": ["running", "1/6", "round_0001", "-", f"{os.getpid()}@{socket.gethostname()}"]}
     statuses = {Path(s["run"]).name: s for s in map(json.loads, lines)}
     assert statuses["done"]["checkpoint"] == str(done / "checkpoints" / "round_0003")
+    assert statuses["done"]["alarms"] == ["stalled"] and statuses["live"]["alarms"] == []
     assert statuses["live"]["state"] == "running" and statuses["live"]["pid"] == os.getpid()
 
     one = selfplay("status", done, "--json").stdout.splitlines()

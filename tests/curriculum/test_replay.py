@@ -68,4 +68,10 @@ def test_a_round_without_one_valid_proposal_is_named(tiny_overrides, monkeypatch
         warning = [r.getMessage() for r in caplog.records if "fill proposals was valid" in r.getMessage()]
         assert len(warning) == 1 and "none of the challenger's 32 fill proposals" in warning[0]  # 4 batches of 8
         assert "empty " in warning[0].split("(")[1]  # the rejection reasons, counted
-        assert "challenger.optim.warmup_steps" in warning[0]
+        assert "no challenger update has happened yet" in warning[0] and "collapsed" not in warning[0]
+        trainer.steps["challenger"] = 4  # after updates: the collapse is a likely cause
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="selfplay"):
+            trainer.fill_pool(2)
+        warning = [r.getMessage() for r in caplog.records if "fill proposals was valid" in r.getMessage()]
+        assert len(warning) == 1 and "challenger.optim.warmup_steps" in warning[0]
