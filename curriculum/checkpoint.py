@@ -206,15 +206,19 @@ class CheckpointManager:
             return f"unreadable: {exc}"
         return None
 
-    def latest(self) -> Path | None:
-        """Newest intact checkpoint; corrupt or incomplete ones are skipped with a warning."""
+    def intact(self) -> Iterator[Path]:
+        """Intact checkpoints, newest first; corrupt or incomplete ones are skipped with a warning."""
         for name in reversed(self.names()):
             path = self.dir / name
             problem = self.verify(path)
             if problem is None:
-                return path
-            log.warning("skipping checkpoint %s: %s", path, problem)
-        return None
+                yield path
+            else:
+                log.warning("skipping checkpoint %s: %s", path, problem)
+
+    def latest(self) -> Path | None:
+        """Newest intact checkpoint; corrupt or incomplete ones are skipped with a warning."""
+        return next(self.intact(), None)
 
     def _prune(self) -> None:
         for name in self.names()[: -self.keep_last]:

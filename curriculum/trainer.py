@@ -587,19 +587,31 @@ class SelfPlayTrainer:
                                     self.levels.state_dict(), self.pool.state_dict(), self.task_log)
 
     def _restore(self) -> tuple[str | None, int]:
-        path = self.dist.broadcast_object(self.ckpt.latest() if self.dist.is_main else None)
+        names = ["pool.json", "round_tasks.json"]
+        path = damaged = None
+        if self.dist.is_main:  # the newest checkpoint every file of which loads, checked before anything changes
+            for candidate in self.ckpt.intact():
+                try:
+                    runstate.read(candidate, self.roles, names)
+                except runstate.DamagedCheckpoint as exc:
+                    log.warning("skipping checkpoint %s: %s", candidate, exc)
+                    damaged = damaged or exc
+                    continue
+                path = candidate
+                break
+        path = self.dist.broadcast_object(path)
         if path is None:
-            raise FileNotFoundError(f"no complete checkpoint under {self.ckpt.dir}")
+            raise damaged if damaged is not None else FileNotFoundError(f"no complete checkpoint under {self.ckpt.dir}")
         log.info("resuming from %s", path)
         runstate.check_config(path, self.cfg)
-        state = read_state(path)
-        files = runstate.load(path, self.roles, ["pool.json", "round_tasks.json"])
+        files = runstate.load(path, self.roles, names)
+        state = files["state"]
         try:
-            self.pool.load_state_dict(json.loads(files["pool.json"]))
+            self.pool.load_state_dict(files["pool.json"])
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path / 'pool.json'} holds a pool this run cannot have written ({exc}); "
                               "move that checkpoint aside to resume from the one before") from exc
-        self.task_log = json.loads(files["round_tasks.json"])
+        self.task_log = files["round_tasks.json"]
         self.round = int(state["round"])
         self.stage = int(state["stage"])
         self.steps = {k: int(v) for k, v in state["steps"].items()}
