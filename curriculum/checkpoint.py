@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
-from curriculum.errors import DiskFullError
+from curriculum.errors import DamagedCheckpoint, DiskFullError
 
 log = logging.getLogger(__name__)
 
@@ -233,4 +233,12 @@ def _check_name(name: str) -> None:
 
 
 def read_state(path: Path) -> dict:
-    return json.loads((Path(path) / "state.json").read_text())
+    """A checkpoint's ``state.json``; a ``DamagedCheckpoint`` naming it if unreadable or not an object."""
+    f = Path(path) / "state.json"
+    try:
+        state = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DamagedCheckpoint(f"{f}: unreadable ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(state, dict):
+        raise DamagedCheckpoint(f"{f}: not a JSON object")
+    return state

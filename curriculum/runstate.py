@@ -21,7 +21,7 @@ from curriculum.checkpoint import CheckpointManager
 from curriculum.config import Config, diff_keys, is_resumable, load_config
 from curriculum.engine.distributed import full_parameters
 from curriculum.engine.policy import load_role_weights, read_role_weights, save_base, save_role
-from curriculum.errors import ConfigError
+from curriculum.errors import ConfigError, DamagedCheckpoint  # noqa: F401 - runstate.DamagedCheckpoint
 
 
 def checkpoint_name(round: int, stage: int) -> str:
@@ -58,10 +58,6 @@ def save(ckpt: CheckpointManager, name: str, dist, roles: dict, tokenizer, state
                 (tmp / file).write_text(text)
             path = ckpt.finish(name, tmp, state)
     return dist.broadcast_object(path)
-
-
-class DamagedCheckpoint(ConfigError):
-    """A checkpoint whose manifest is intact but a file of which cannot be what this run wrote."""
 
 
 STATE_KEYS = ("round", "stage", "steps", "tokens", "levels", "metrics_lines")

@@ -20,7 +20,7 @@ import torch
 
 from curriculum.config import Config, ModelConfig, OptimConfig, local_model_dir
 from curriculum.engine.rl import sequence_logprobs
-from curriculum.errors import ConfigError
+from curriculum.errors import ConfigError, DamagedCheckpoint
 
 ROLES = ("challenger", "solver")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -263,9 +263,17 @@ def load_role(cfg: Config, checkpoint: Path, name: str, env, exclude: set[str], 
             base, tokenizer = load_base(cfg, env, exclude, progress=False, challenger_prompt=challenger_prompt,
                                         tool_demo=tool_demo)
         role = Role(name, get_peft_model(base, _lora_config(cfg, base), adapter_name=name), name, None, None)
-        load_role_weights(role, checkpoint / name)
+        try:
+            load_role_weights(role, checkpoint / name)
+        except ValueError as exc:
+            raise DamagedCheckpoint(str(exc)) from exc
     else:
-        model = AutoModelForCausalLM.from_pretrained(checkpoint / name, **hf_kwargs(cfg.model))
+        for f in sorted((checkpoint / name).glob("*.safetensors")):  # names the file, refuses non-finite weights
+            check_weight_file(f)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(checkpoint / name, **hf_kwargs(cfg.model))
+        except (OSError, ValueError, RuntimeError) as exc:  # a size mismatch, a config that is not JSON
+            raise DamagedCheckpoint(f"{checkpoint / name}: cannot load ({type(exc).__name__}: {exc})") from exc
         role, tokenizer = Role(name, model, None, None, None), load_tokenizer(cfg)
     role.model.eval()
     return role, tokenizer
@@ -370,12 +378,24 @@ def save_base(role: Role, path: Path, tokenizer) -> None:
     tokenizer.save_pretrained(path)
 
 
-def read_role_weights(role: Role, path: Path) -> dict:
-    """The weights ``save_role`` wrote under ``path``, checked against ``role`` (names, shapes, all
-    finite) without touching it; a ``ValueError`` naming the file and what is wrong otherwise."""
+def check_weight_file(f: Path) -> dict:
+    """The tensors of safetensors file ``f``; a ``DamagedCheckpoint`` naming it if unreadable or not all finite."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    try:
+        part = load_file(f)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise DamagedCheckpoint(f"{f}: unreadable weights ({type(exc).__name__}: {exc})") from exc
+    for k, v in part.items():
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise DamagedCheckpoint(f"{f}: {k} holds {int((~torch.isfinite(v)).sum())} non-finite values")
+    return part
+
+
+def read_role_weights(role: Role, path: Path) -> dict:
+    """The weights ``save_role`` wrote under ``path``, checked against ``role`` (names, shapes, all
+    finite) without touching it; a ``ValueError`` naming the file and what is wrong otherwise."""
     if role.adapter is not None:
         from peft import get_peft_model_state_dict
 
@@ -392,24 +412,18 @@ def read_role_weights(role: Role, path: Path) -> dict:
         expected = role.model.state_dict()
     state, origin = {}, {}
     for f in files:
-        try:
-            part = load_file(f)
-        except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
-            raise ValueError(f"{f}: unreadable weights ({type(exc).__name__}: {exc})") from exc
-        for k, v in part.items():
-            if v.is_floating_point() and not bool(torch.isfinite(v).all()):
-                raise ValueError(f"{f}: {k} holds {int((~torch.isfinite(v)).sum())} non-finite values")
+        part = check_weight_file(f)
         state.update(part)
         origin.update(dict.fromkeys(part, f))
     # Tied embeddings are saved once; anything else missing is a real mismatch.
     missing = [k for k in expected if k not in state and not k.endswith("lm_head.weight")]
     unexpected = [k for k in state if k not in expected]
     if missing or unexpected:
-        raise ValueError(f"{path}: weights of another model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise DamagedCheckpoint(f"{path}: weights of another model: missing {missing[:5]}, unexpected {unexpected[:5]}")
     for k, v in state.items():
         want = tuple(getattr(expected[k], "ds_shape", expected[k].shape))
         if expected[k].numel() and tuple(v.shape) != want:  # partitioned (ZeRO-3) tensors are empty here
-            raise ValueError(f"{origin[k]}: {k} has shape {tuple(v.shape)}, the model has {want}")
+            raise DamagedCheckpoint(f"{origin[k]}: {k} has shape {tuple(v.shape)}, the model has {want}")
     return state
 
 

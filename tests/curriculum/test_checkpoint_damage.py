@@ -149,3 +149,27 @@ def test_every_checkpoint_damaged_is_one_error_naming_the_file(trainer):
         for p, b in ((path, backup), (newest, backup1)):
             shutil.rmtree(p)
             b.rename(p)
+
+
+@pytest.mark.parametrize("damaged", ["truncated weights", "non-finite weights", "state.json not JSON"], indirect=True)
+def test_eval_falls_back_like_a_resume(trainer, damaged, caplog):
+    from curriculum.evaluate import evaluate_run
+
+    newest, f = damaged
+    with caplog.at_level(logging.WARNING):
+        results = evaluate_run(trainer.rundir.path)
+    assert results["checkpoint"] == str(trainer.ckpt.dir / "round_0000") and results["round"] == 0
+    assert f"skipping checkpoint {newest}" in caplog.text and str(f) in caplog.text
+
+
+@pytest.mark.parametrize("damaged", ["truncated weights", "non-finite weights", "weights of the wrong shape"],
+                         indirect=True)
+def test_export_falls_back_or_names_the_file(trainer, damaged, tmp_path, caplog):
+    from curriculum.export import export_role
+
+    newest, f = damaged
+    with caplog.at_level(logging.WARNING):
+        said = export_role(trainer.rundir.path, "solver", tmp_path / "out")
+    assert "round_0000" in said and f"skipping checkpoint {newest}: {newest / 'solver'}" in caplog.text
+    with pytest.raises(runstate.DamagedCheckpoint, match=str(newest / "solver")):  # asked for by name: refused
+        export_role(trainer.rundir.path, "solver", tmp_path / "out2", checkpoint="round_0001")
