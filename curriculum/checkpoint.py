@@ -160,7 +160,10 @@ class CheckpointManager:
         (tmp / MANIFEST).write_text(json.dumps({"name": name, "files": files}, indent=1))
         _fsync_tree(tmp)
         final = self.dir / name
-        if final.exists():  # a resumed run rewrites a checkpoint it had already written
+        if final.is_symlink():  # a link (to nothing, or elsewhere): replaced, never followed
+            log.warning("replacing %s, a link to %s, with the checkpoint written now", final, os.readlink(final))
+            final.unlink()
+        elif final.exists():  # a resumed run rewrites a checkpoint it had already written
             shutil.rmtree(final)
         os.replace(tmp, final)
         atomic_write(self.dir / "latest", name + "\n")
@@ -207,7 +210,17 @@ class CheckpointManager:
         return None
 
     def intact(self) -> Iterator[Path]:
-        """Intact checkpoints, newest first; corrupt or incomplete ones are skipped with a warning."""
+        """Intact checkpoints, newest first; corrupt or incomplete ones are skipped with a warning,
+        as are checkpoint names that are links to nothing and a ``latest`` naming no checkpoint."""
+        if self.dir.is_dir():
+            for p in sorted(self.dir.iterdir()):
+                if NAME.fullmatch(p.name) and p.is_symlink() and not p.exists():
+                    log.warning("skipping checkpoint %s: a link to %s, which does not exist", p, os.readlink(p))
+            with contextlib.suppress(OSError, ValueError):
+                named = (self.dir / "latest").read_text(encoding="utf-8").strip()
+                if named and named not in self.names():
+                    log.warning("%s names checkpoint %s, which is not there; resuming from the newest one that is",
+                                self.dir / "latest", named)
         for name in reversed(self.names()):
             path = self.dir / name
             problem = self.verify(path)

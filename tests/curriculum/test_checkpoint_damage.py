@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 from curriculum import runstate
 from curriculum.checkpoint import MANIFEST, _sha256
 from curriculum.config import load_config
+from curriculum.errors import ConfigError
 from curriculum.trainer import SelfPlayTrainer
 from tests.conftest import TINY_OVERRIDES
 
@@ -173,3 +174,23 @@ def test_export_falls_back_or_names_the_file(trainer, damaged, tmp_path, caplog)
     assert "round_0000" in said and f"skipping checkpoint {newest}: {newest / 'solver'}" in caplog.text
     with pytest.raises(runstate.DamagedCheckpoint, match=str(newest / "solver")):  # asked for by name: refused
         export_role(trainer.rundir.path, "solver", tmp_path / "out2", checkpoint="round_0001")
+
+
+def test_refusals_come_before_any_model_is_built(tiny_overrides, monkeypatch):
+    t = SelfPlayTrainer(load_config("configs/demo_cpu.yaml", tiny_overrides))
+    t.save_checkpoint(0)
+    t.close()
+
+    def build(self):
+        raise AssertionError("a model was built before the refusal")
+
+    monkeypatch.setattr(SelfPlayTrainer, "_build_roles", build)
+    edited = load_config("configs/demo_cpu.yaml", [*tiny_overrides, "model.tiny.hidden_size=64"])
+    with pytest.raises(ConfigError, match="model.tiny.hidden_size"):
+        SelfPlayTrainer(edited, resume=True)
+    fresh = load_config("configs/demo_cpu.yaml", [*tiny_overrides[:-2], f"run.dir={t.rundir.path.parent / 'new'}",
+                                                  tiny_overrides[-1]])
+    (t.rundir.path.parent / "new").mkdir()
+    (t.rundir.path.parent / "new" / "checkpoints").write_text("not a directory")
+    with pytest.raises(ConfigError, match="cannot write checkpoints to .*new/checkpoints"):
+        SelfPlayTrainer(fresh)
