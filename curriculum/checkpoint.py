@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
-from curriculum.errors import DiskFullError
+from curriculum.errors import DamagedCheckpoint, DiskFullError
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,10 @@ class CheckpointManager:
         (tmp / MANIFEST).write_text(json.dumps({"name": name, "files": files}, indent=1))
         _fsync_tree(tmp)
         final = self.dir / name
-        if final.exists():  # a resumed run rewrites a checkpoint it had already written
+        if final.is_symlink():  # a link (to nothing, or elsewhere): replaced, never followed
+            log.warning("replacing %s, a link to %s, with the checkpoint written now", final, os.readlink(final))
+            final.unlink()
+        elif final.exists():  # a resumed run rewrites a checkpoint it had already written
             shutil.rmtree(final)
         os.replace(tmp, final)
         atomic_write(self.dir / "latest", name + "\n")
@@ -206,15 +209,29 @@ class CheckpointManager:
             return f"unreadable: {exc}"
         return None
 
-    def latest(self) -> Path | None:
-        """Newest intact checkpoint; corrupt or incomplete ones are skipped with a warning."""
+    def intact(self) -> Iterator[Path]:
+        """Intact checkpoints, newest first; corrupt or incomplete ones are skipped with a warning,
+        as are checkpoint names that are links to nothing and a ``latest`` naming no checkpoint."""
+        if self.dir.is_dir():
+            for p in sorted(self.dir.iterdir()):
+                if NAME.fullmatch(p.name) and p.is_symlink() and not p.exists():
+                    log.warning("skipping checkpoint %s: a link to %s, which does not exist", p, os.readlink(p))
+            with contextlib.suppress(OSError, ValueError):
+                named = (self.dir / "latest").read_text(encoding="utf-8").strip()
+                if named and named not in self.names():
+                    log.warning("%s names checkpoint %s, which is not there; resuming from the newest one that is",
+                                self.dir / "latest", named)
         for name in reversed(self.names()):
             path = self.dir / name
             problem = self.verify(path)
             if problem is None:
-                return path
-            log.warning("skipping checkpoint %s: %s", path, problem)
-        return None
+                yield path
+            else:
+                log.warning("skipping checkpoint %s: %s", path, problem)
+
+    def latest(self) -> Path | None:
+        """Newest intact checkpoint; corrupt or incomplete ones are skipped with a warning."""
+        return next(self.intact(), None)
 
     def _prune(self) -> None:
         for name in self.names()[: -self.keep_last]:
@@ -229,4 +246,12 @@ def _check_name(name: str) -> None:
 
 
 def read_state(path: Path) -> dict:
-    return json.loads((Path(path) / "state.json").read_text())
+    """A checkpoint's ``state.json``; a ``DamagedCheckpoint`` naming it if unreadable or not an object."""
+    f = Path(path) / "state.json"
+    try:
+        state = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DamagedCheckpoint(f"{f}: unreadable ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(state, dict):
+        raise DamagedCheckpoint(f"{f}: not a JSON object")
+    return state

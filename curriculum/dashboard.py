@@ -22,6 +22,7 @@ import yaml
 
 from curriculum import health
 from curriculum.checkpoint import atomic_write
+from curriculum.monitor import read_jsonl
 from curriculum.rundir import RunDir, run_status
 
 log = logging.getLogger(__name__)
@@ -133,12 +134,8 @@ def per_round(path: Path) -> dict[int, dict[str, float]]:
     solver/*, the last value for the rest (and for the cumulative token counters). Lines that
     are not a record (a torn last line from a killed writer) are skipped."""
     values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for line in path.read_text().splitlines() if path.is_file() else []:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(rec, dict) or not isinstance(rec.get("round"), int):
+    for rec in read_jsonl(path):
+        if not isinstance(rec.get("round"), int):
             continue
         for k, v in rec.items():
             if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("round", "time"):
@@ -183,15 +180,7 @@ def token_series(rows: dict[int, dict[str, float]], metric: str) -> list[tuple[f
 
 def load_records(path: Path) -> list[dict]:
     """One round's task records; lines that are not a record are skipped."""
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(rec, dict):
-            out.append(rec)
-    return out
+    return read_jsonl(path)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,11 @@ class ConfigError(ValueError):
     """A config that cannot run; the message names the key and the values."""
 
 
+class DamagedCheckpoint(ConfigError):
+    """A checkpoint whose manifest is intact but a file of which cannot be what the run wrote;
+    the message names the file and what is wrong with it."""
+
+
 class DiskFullError(OSError):
     """A write that ran out of space; ``strerror`` says how much is free, how much was needed and
     what to do. An OSError with ``filename`` set, so it reads like any other write that failed."""

@@ -6,6 +6,7 @@ run's config and newest checkpoint and writes none of the run's files.
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +18,13 @@ from curriculum.envs import Task, benchmark, make_env
 from curriculum.engine.prompts import resolve_style
 from curriculum.engine.rollout import HFEngine
 from curriculum.engine.tools import generate_with_tools
-from curriculum.errors import ConfigError
+from curriculum.errors import ConfigError, DamagedCheckpoint
 from curriculum.rollouts import make_engine, make_tools
 from curriculum.rundir import RunDir
 from challenger.role import Challenger
 from solver.role import Attempt, Solver
+
+log = logging.getLogger(__name__)
 
 
 # A level is within the solver's reach when it solves at least this share of it (eval/frontier_level).
@@ -129,14 +132,26 @@ def evaluate_run(run_dir: Path) -> dict:
     if not rd.is_run():
         raise ConfigError(f"{rd.path} has no config.yaml; is it a run directory?")
     cfg = load_config(rd.config, ["wandb.mode=disabled", "log.progress=false"])
-    latest = rd.latest_checkpoint()
-    if latest is None:
-        raise ConfigError(f"{rd.path} has no complete checkpoint to evaluate yet")
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     tasks = benchmark(env, cfg.eval.seed, cfg.eval.per_level)
     solver = Solver(env, cfg.solver.tool_prompt if cfg.solver.tools else "")
-    role, tokenizer = load_solver(cfg, latest, env, {t.text for t in tasks}, Challenger(env).prompt,
-                                  functools.partial(solver.demonstration, output_chars=cfg.solver.tool_output_chars))
+    latest = damaged = None
+    # The newest checkpoint whose solver and state load, as a resume would choose it.
+    for candidate in (rd.checkpoint_manager().intact() if rd.checkpoints.is_dir() else ()):
+        try:
+            round_ = int(read_state(candidate)["round"])
+            role, tokenizer = load_solver(cfg, candidate, env, {t.text for t in tasks}, Challenger(env).prompt,
+                                          functools.partial(solver.demonstration, output_chars=cfg.solver.tool_output_chars))
+        except (DamagedCheckpoint, OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("skipping checkpoint %s: %s", candidate, exc)
+            damaged = damaged or exc
+            continue
+        latest = candidate
+        break
+    if latest is None:
+        if damaged is not None:
+            raise DamagedCheckpoint(f"no checkpoint of {rd.path} loads: {damaged}")
+        raise ConfigError(f"{rd.path} has no complete checkpoint to evaluate yet")
     style = resolve_style(cfg.prompt.style, tokenizer)
     engine = make_engine(cfg, {"solver": role}, next(role.model.parameters()).device)  # the run's rollout.engine
     try:
@@ -144,6 +159,6 @@ def evaluate_run(run_dir: Path) -> dict:
                                   cfg=cfg, tools=make_tools(cfg.solver), engine=engine)
     finally:
         engine.close()
-    results["round"] = int(read_state(latest)["round"])
+    results["round"] = round_
     results["checkpoint"] = str(latest)
     return results

@@ -10,13 +10,16 @@ live run can be exported while it trains.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
 from pathlib import Path
 
 from curriculum.config import load_config
-from curriculum.errors import UsageError
+from curriculum.errors import DamagedCheckpoint, UsageError
 from curriculum.rundir import RunDir
+
+log = logging.getLogger(__name__)
 
 ROLES = ("solver", "challenger")
 
@@ -48,14 +51,24 @@ def export_role(run_dir: Path, role: str, out: Path, merge: bool = False, checkp
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):
         raise FileExistsError(errno.EEXIST, "exists and is not empty; export writes a new directory", str(out))
     rd = RunDir(run_dir)
-    path = find_checkpoint(rd, checkpoint)
-    saved = path / "config.yaml"  # what the checkpoint was trained with (older ones: the run's)
-    cfg = load_config(saved if saved.is_file() else rd.config, ["wandb.mode=disabled", "log.progress=false"])
+    # Without a name, the newest checkpoint whose role loads: older ones in turn, as a resume does.
+    candidates = list(rd.checkpoint_manager().intact()) if checkpoint is None and rd.is_run() else []
+    candidates = candidates or [find_checkpoint(rd, checkpoint)]
     # Written beside out, then renamed: a failed export leaves no half a model at out.
     tmp = out.absolute().with_name(f".{out.name}.export-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        kind = _write(cfg, path, role, tmp, out.absolute(), merge)
+        for i, path in enumerate(candidates):
+            saved = path / "config.yaml"  # what the checkpoint was trained with (older ones: the run's)
+            cfg = load_config(saved if saved.is_file() else rd.config, ["wandb.mode=disabled", "log.progress=false"])
+            try:
+                kind = _write(cfg, path, role, tmp, out.absolute(), merge)
+                break
+            except DamagedCheckpoint as exc:
+                if i + 1 == len(candidates):
+                    raise
+                log.warning("skipping checkpoint %s: %s", path, exc)
+                shutil.rmtree(tmp, ignore_errors=True)
         if out.exists():
             out.rmdir()
         os.replace(tmp, out)

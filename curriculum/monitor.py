@@ -5,9 +5,12 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import time
 from collections import defaultdict
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 # The per-round console line: (metric, format) in print order; absent metrics are left out.
 SUMMARY = [
@@ -139,16 +142,61 @@ def _count_lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
+def _is_record(line: bytes) -> bool:
+    try:
+        return line.endswith(b"\n") and isinstance(json.loads(line.decode("utf-8")), dict)
+    except ValueError:  # UnicodeDecodeError, JSONDecodeError
+        return False
+
+
 def _truncate_lines(path: Path, keep: int) -> None:
-    """Keep the first ``keep`` complete lines (a resumed run re-logs what came after)."""
+    """Keep the first ``keep`` complete lines (a resumed run re-logs what came after). Lines of
+    those ``keep`` that are missing or garbage are named in a warning, the damaged file kept
+    beside as ``metrics.jsonl.damaged-<time>``: nothing is lost without a word."""
+    lines = []
+    if path.exists():
+        with open(path, "rb") as f:
+            lines = f.readlines()
+    bad = [i + 1 for i, ln in enumerate(lines[:keep]) if not _is_record(ln)]
+    kept = [ln for ln in lines[:keep] if _is_record(ln)]
+    if len(kept) < keep:
+        copy = ""
+        if path.exists():
+            aside = path.with_name(f"{path.name}.damaged-{int(time.time())}")
+            shutil.copy2(path, aside)
+            copy = f"; the file as it was is kept as {aside}"
+        log.warning("%s holds %d of the %d lines the checkpoint logged (%s)%s; the resume goes on from the %d intact "
+                    "lines", path, len(kept), keep,
+                    "missing" if not path.exists() else
+                    f"{max(0, keep - len(lines))} missing at the end, garbage at lines {bad[:10]}", copy, len(kept))
     if not path.exists():
         return
-    with open(path, "rb") as f:
-        lines = f.readlines()
-    kept = [ln for ln in lines[:keep] if ln.endswith(b"\n")]
     tmp = path.with_suffix(".jsonl.tmp")
     with open(tmp, "wb") as f:
         f.writelines(kept)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    """The records of a JSON-lines file. A garbage line is skipped with one warning naming the file
+    and the lines; a torn last line (a writer still at it, or killed) is skipped without one."""
+    if not path.is_file():
+        return []
+    lines = path.read_bytes().split(b"\n")
+    out, bad = [], []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError, JSONDecodeError
+            rec = None
+        if isinstance(rec, dict):
+            out.append(rec)
+        elif i < len(lines) - 1:  # the last element has no newline after it: torn, not garbage
+            bad.append(i + 1)
+    if bad:
+        log.warning("%s: skipped %d line(s) that are not JSON records: lines %s", path, len(bad), bad[:10])
+    return out

@@ -20,8 +20,8 @@ import torch
 from curriculum.checkpoint import CheckpointManager
 from curriculum.config import Config, diff_keys, is_resumable, load_config
 from curriculum.engine.distributed import full_parameters
-from curriculum.engine.policy import load_role_weights, save_base, save_role
-from curriculum.errors import ConfigError
+from curriculum.engine.policy import load_role_weights, read_role_weights, save_base, save_role
+from curriculum.errors import ConfigError, DamagedCheckpoint  # noqa: F401 - runstate.DamagedCheckpoint
 
 
 def checkpoint_name(round: int, stage: int) -> str:
@@ -60,20 +60,93 @@ def save(ckpt: CheckpointManager, name: str, dist, roles: dict, tokenizer, state
     return dist.broadcast_object(path)
 
 
-def load(path: Path, roles: dict, names: list[str]) -> dict[str, str]:
-    """Restore both roles (weights, optimizer, schedule) and the random streams from ``path``;
-    return the texts of the loop's files ``names``."""
+STATE_KEYS = ("round", "stage", "steps", "tokens", "levels", "metrics_lines")
+
+
+def _torch_file(path: Path, keys: tuple[str, ...]) -> dict:
+    try:
+        obj = torch.load(path, weights_only=False)
+    except Exception as exc:  # unpickling garbage can raise nearly anything
+        raise DamagedCheckpoint(f"{path}: unreadable ({type(exc).__name__}: {exc})") from exc
+    if not isinstance(obj, dict) or any(k not in obj for k in keys):
+        raise DamagedCheckpoint(f"{path}: not a dict with keys {', '.join(keys)}")
+    return obj
+
+
+def _check_rng(path: Path, rng: dict) -> None:
+    try:  # on throwaway generators, so that nothing live changes before the whole checkpoint is checked
+        random.Random().setstate(rng["python"])
+        np.random.RandomState().set_state(rng["numpy"])
+        torch.Generator().set_state(rng["torch"])
+    except Exception as exc:
+        raise DamagedCheckpoint(f"{path}: not this run's random state ({type(exc).__name__}: {exc})") from exc
+
+
+def _check_optimizer(path: Path, role, state: dict) -> None:
+    if role.engine is not None:  # DeepSpeed's own layout; import_trainer_state checks it
+        return
+    opt = state["optimizer"]
+    try:
+        saved = [len(g["params"]) for g in opt["param_groups"]]
+        ok = isinstance(opt["state"], dict) and isinstance(state["scheduler"], dict)
+    except (KeyError, TypeError) as exc:
+        raise DamagedCheckpoint(f"{path}: not an optimizer state ({type(exc).__name__}: {exc})") from exc
+    live = [len(g["params"]) for g in role.optimizer.param_groups]
+    if not ok or saved != live:
+        raise DamagedCheckpoint(f"{path}: optimizer of parameter groups {saved}, this model has {live}")
+
+
+def read(path: Path, roles: dict, names: list[str]) -> dict:
+    """Every file of checkpoint ``path``, read and checked against ``roles`` without changing
+    anything: a ``DamagedCheckpoint`` naming the file and what is wrong, so that the caller can
+    fall back to the checkpoint before, exactly. ``names``: the loop's files (``*.json`` parsed)."""
+    out = {"weights": {}, "optim": {}}
+    for name, role in roles.items():
+        try:
+            out["weights"][name] = read_role_weights(role, path / name)
+        except (ValueError, OSError) as exc:
+            raise DamagedCheckpoint(str(exc)) from exc
+        f = path / f"{name}_optim.pt"
+        out["optim"][name] = _torch_file(f, () if role.engine is not None else ("optimizer", "scheduler"))
+        _check_optimizer(f, role, out["optim"][name])
+    out["rng"] = _torch_file(path / "rng.pt", ("python", "numpy", "torch", "cuda"))
+    _check_rng(path / "rng.pt", out["rng"])
+    texts = {}
+    for name in ["state.json", *names]:
+        try:
+            texts[name] = (path / name).read_text(encoding="utf-8")
+            if name.endswith(".json"):
+                texts[name] = json.loads(texts[name])
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise DamagedCheckpoint(f"{path / name}: unreadable ({type(exc).__name__}: {exc})") from exc
+    state = texts.pop("state.json")
+    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise DamagedCheckpoint(f"{path / 'state.json'}: lacks {', '.join(missing)}")
+    out["state"], out["files"] = state, texts
+    return out
+
+
+def apply(path: Path, loaded: dict, roles: dict) -> None:
+    """Put what ``read`` returned into the roles and the random streams."""
     for name, role in roles.items():
         with full_parameters(role, modifier_rank=0):
-            load_role_weights(role, path / name)
-        role.load_trainer_state(torch.load(path / f"{name}_optim.pt", weights_only=False))
-    rng = torch.load(path / "rng.pt", weights_only=False)
+            load_role_weights(role, path / name, loaded["weights"][name])
+        role.load_trainer_state(loaded["optim"][name])
+    rng = loaded["rng"]
     random.setstate(rng["python"])
     np.random.set_state(rng["numpy"])
     torch.set_rng_state(rng["torch"])
     if rng["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
-    return {name: (path / name).read_text() for name in names}
+
+
+def load(path: Path, roles: dict, names: list[str]) -> dict:
+    """Restore both roles (weights, optimizer, schedule) and the random streams from ``path``;
+    return the loop's files ``names`` (``*.json`` parsed) and ``state.json`` as ``"state"``."""
+    loaded = read(path, roles, names)
+    apply(path, loaded, roles)
+    return {**loaded["files"], "state": loaded["state"]}
 
 
 def check_config(path: Path, cfg: Config) -> None:

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import random
+import tempfile
 import time
 
 import numpy as np
@@ -71,6 +72,7 @@ class SelfPlayTrainer:
         if self.device.type == "cuda" and self.dist.world > 1:
             self.device = torch.device("cuda", self.dist.local_rank)
         self.lock = self._claim_run_dir(resume)
+        self._check_before_building(resume)
         self.progress = cfg.log.progress and self.dist.is_main
         self._starved_round = -1  # the last round that warned of a pool too small for a solver batch
         self._replayed = 0  # retired tasks in the last self-play solver batch
@@ -106,6 +108,26 @@ class SelfPlayTrainer:
         self.monitor = Monitor(self.rundir.path, config=dataclasses.asdict(cfg), wandb_mode=cfg.wandb.mode,
                                project=cfg.wandb.project, entity=cfg.wandb.entity, name=cfg.wandb.name,
                                wandb_id=wandb_id, keep_lines=keep_lines)
+
+    def _check_before_building(self, resume: bool) -> None:
+        """What would stop the run later, refused now, before a model is built or a round trained:
+        a config edit the checkpoint cannot take, a checkpoints/ that cannot be written."""
+        problem = None
+        if self.dist.is_main:
+            ckpts = self.rundir.checkpoints
+            try:
+                if resume and (path := self.rundir.checkpoint_manager().latest()) is not None:
+                    runstate.check_config(path, self.cfg)
+                ckpts.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryFile(dir=ckpts):  # what a checkpoint write needs
+                    pass
+            except ConfigError as exc:
+                problem = str(exc)
+            except OSError as exc:
+                problem = f"cannot write checkpoints to {ckpts} ({exc.strerror or exc}); make it writable or choose another run.dir"
+        problem = self.dist.broadcast_object(problem)
+        if problem is not None:
+            raise ConfigError(problem)
 
     def _claim_run_dir(self, resume: bool) -> RunLock | None:
         """Rank 0 claims the run directory (``rundir.claim``); every rank learns the outcome, so a
@@ -621,19 +643,31 @@ class SelfPlayTrainer:
                                     self.levels.state_dict(), self.pool.state_dict(), self.task_log)
 
     def _restore(self) -> tuple[str | None, int]:
-        path = self.dist.broadcast_object(self.ckpt.latest() if self.dist.is_main else None)
+        names = ["pool.json", "round_tasks.json"]
+        path = damaged = None
+        if self.dist.is_main:  # the newest checkpoint every file of which loads, checked before anything changes
+            for candidate in self.ckpt.intact():
+                try:
+                    runstate.read(candidate, self.roles, names)
+                except runstate.DamagedCheckpoint as exc:
+                    log.warning("skipping checkpoint %s: %s", candidate, exc)
+                    damaged = damaged or exc
+                    continue
+                path = candidate
+                break
+        path = self.dist.broadcast_object(path)
         if path is None:
-            raise FileNotFoundError(f"no complete checkpoint under {self.ckpt.dir}")
+            raise damaged if damaged is not None else FileNotFoundError(f"no complete checkpoint under {self.ckpt.dir}")
         log.info("resuming from %s", path)
         runstate.check_config(path, self.cfg)
-        state = read_state(path)
-        files = runstate.load(path, self.roles, ["pool.json", "round_tasks.json"])
+        files = runstate.load(path, self.roles, names)
+        state = files["state"]
         try:
-            self.pool.load_state_dict(json.loads(files["pool.json"]))
+            self.pool.load_state_dict(files["pool.json"])
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"{path / 'pool.json'} holds a pool this run cannot have written ({exc}); "
                               "move that checkpoint aside to resume from the one before") from exc
-        self.task_log = json.loads(files["round_tasks.json"])
+        self.task_log = files["round_tasks.json"]
         self.round = int(state["round"])
         self.stage = int(state["stage"])
         self.steps = {k: int(v) for k, v in state["steps"].items()}

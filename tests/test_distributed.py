@@ -335,3 +335,41 @@ if __name__ == "__main__":
         _nonfinite_worker(*sys.argv[2:4])
     else:
         _lora_worker(*sys.argv[1:4])
+
+
+def test_a_stale_extension_build_lock_is_removed_and_a_fresh_one_named(tmp_path, caplog):
+    import logging
+    import time
+
+    from curriculum.engine.distributed import clear_stale_build_locks
+
+    stale = tmp_path / "py311_cpu" / "deepspeed_shm_comm" / "lock"
+    fresh = tmp_path / "other_ext" / "lock"
+    for lock in (stale, fresh):
+        lock.parent.mkdir(parents=True)
+        lock.touch()
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    with caplog.at_level(logging.WARNING):
+        assert clear_stale_build_locks(tmp_path) == [stale]
+    assert not stale.exists() and fresh.exists()  # a lock another rank may hold right now is left alone
+    assert f"removed {stale}" in caplog.text and f"{fresh} exists" in caplog.text
+
+
+def test_a_lock_with_a_build_running_in_its_directory_is_kept(tmp_path):
+    import time
+
+    from curriculum.engine.distributed import clear_stale_build_locks
+
+    lock = tmp_path / "deepspeed_shm_comm" / "lock"
+    lock.parent.mkdir()
+    lock.touch()
+    os.utime(lock, (time.time() - 3600,) * 2)
+    build = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=lock.parent)
+    try:
+        time.sleep(0.2)
+        assert clear_stale_build_locks(tmp_path) == [] and lock.exists()
+    finally:
+        build.kill()
+        build.wait()
+    assert clear_stale_build_locks(tmp_path) == [lock] and not lock.exists()

@@ -103,20 +103,36 @@ def test_sigterm_mid_phase_checkpoints_and_resumes(tmp_path, straight, common):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["truncate", "manifest"])
+@pytest.mark.parametrize("damage", ["truncate", "manifest", "resealed truncate", "resealed rng {}",
+                                    "resealed state without stage"])
 def test_corrupt_newest_checkpoint_falls_back(tmp_path, straight, damage):
     run = tmp_path / "corrupt"
+    import json
     import shutil
+
+    import torch
+
+    from tests.curriculum.test_checkpoint_damage import reseal
 
     shutil.copytree(straight, run)
     newest = run / "checkpoints" / "round_0003"
-    if damage == "truncate":
-        f = newest / "solver" / "model.safetensors"
+    f = newest / "solver" / "model.safetensors"
+    if damage.endswith("truncate"):
         f.write_bytes(f.read_bytes()[:100])
-    else:
+    elif damage == "manifest":
         (newest / "manifest.json").unlink()
+    elif damage.endswith("rng {}"):
+        f = newest / "rng.pt"
+        torch.save({}, f)
+    else:
+        f = newest / "state.json"
+        f.write_text(json.dumps({k: v for k, v in json.loads(f.read_text()).items() if k != "stage"}))
+    if damage.startswith("resealed"):  # damage done before the manifest was computed: only the load sees it
+        reseal(newest)
     proc = selfplay("train", "--resume", run)
     assert "skipping checkpoint" in proc.stderr and "round_0003" in proc.stderr
+    if damage.startswith("resealed"):
+        assert str(f) in proc.stderr
     # It resumed from the step before round 3 ended and redid the rest identically.
     assert final_weights(run) == final_weights(straight)
     assert strip_times(metrics(run)) == strip_times(metrics(straight))

@@ -101,6 +101,8 @@ def init_dist(cfg: Config, device: torch.device) -> SingleProcess:
                           f"(distributed.engine={engine} runs one process)")
     if engine == "torch":
         return SingleProcess()
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:  # one process per machine, before any rank builds
+        clear_stale_build_locks(extensions_dir())
     deepspeed = import_deepspeed()
     if world == 1:
         for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
@@ -113,6 +115,58 @@ def init_dist(cfg: Config, device: torch.device) -> SingleProcess:
         deepspeed.init_distributed(dist_backend="nccl" if device.type == "cuda" else "gloo", auto_mpi_discovery=False,
                                    timeout=datetime.timedelta(seconds=cfg.distributed.timeout_s))
     return Dist(rank, world, local_rank)
+
+
+# A build of DeepSpeed's CPU communication extension takes about a minute; a lock this much older,
+# with no build running in its directory, was left by a run killed mid-build.
+STALE_LOCK_S = 600
+
+
+def extensions_dir() -> Path:
+    """Where torch builds C++ extensions (and leaves their build locks)."""
+    return Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+
+
+def _build_running_in(directory: Path) -> bool:
+    """Whether a process (ninja, the compiler) works in ``directory``: the build that holds its lock."""
+    directory = directory.resolve()
+    for proc in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            cwd = Path(os.readlink(proc / "cwd"))
+            if cwd == directory or directory in cwd.parents:
+                return True
+    return False
+
+
+def clear_stale_build_locks(root: Path, stale_s: float = STALE_LOCK_S, now: float | None = None) -> list[Path]:
+    """Remove extension build locks under ``root`` left by a killed build, which make every later
+    build wait forever (torch's file baton): older than ``stale_s`` with no build running in their
+    directory. A lock that cannot be removed is a ConfigError naming the file to delete. Returns
+    the locks removed."""
+    import logging
+    import time
+
+    log = logging.getLogger(__name__)
+    now = time.time() if now is None else now
+    removed = []
+    for lock in sorted(root.glob("**/lock")) if root.is_dir() else []:
+        with contextlib.suppress(FileNotFoundError):  # a build that just finished
+            age = now - lock.stat().st_mtime
+            if _build_running_in(lock.parent):
+                continue
+            if age < stale_s:
+                log.warning("%s exists (%.0f s old) with no build running; if the run waits here, a run killed "
+                            "while building left it: delete that file", lock, age)
+                continue
+            try:
+                lock.unlink()
+            except OSError as exc:
+                raise ConfigError(f"{lock} is a build lock left by a killed run ({age:.0f} s old, no build running); "
+                                  f"every DeepSpeed start would wait on it forever. Delete it ({exc.strerror})") from exc
+            log.warning("removed %s: a build lock %.0f s old with no build running, left by a run killed while it "
+                        "built the extension", lock, age)
+            removed.append(lock)
+    return removed
 
 
 def import_deepspeed():

@@ -20,7 +20,7 @@ import torch
 
 from curriculum.config import Config, ModelConfig, OptimConfig, local_model_dir
 from curriculum.engine.rl import sequence_logprobs
-from curriculum.errors import ConfigError
+from curriculum.errors import ConfigError, DamagedCheckpoint
 
 ROLES = ("challenger", "solver")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -264,9 +264,17 @@ def load_role(cfg: Config, checkpoint: Path, name: str, env, exclude: set[str], 
             base, tokenizer = load_base(cfg, env, exclude, progress=False, challenger_prompt=challenger_prompt,
                                         tool_demo=tool_demo)
         role = Role(name, get_peft_model(base, _lora_config(cfg, base), adapter_name=name), name, None, None)
-        load_role_weights(role, checkpoint / name)
+        try:
+            load_role_weights(role, checkpoint / name)
+        except ValueError as exc:
+            raise DamagedCheckpoint(str(exc)) from exc
     else:
-        model = AutoModelForCausalLM.from_pretrained(checkpoint / name, **hf_kwargs(cfg.model))
+        for f in sorted((checkpoint / name).glob("*.safetensors")):  # names the file, refuses non-finite weights
+            check_weight_file(f)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(checkpoint / name, **hf_kwargs(cfg.model))
+        except (OSError, ValueError, RuntimeError) as exc:  # a size mismatch, a config that is not JSON
+            raise DamagedCheckpoint(f"{checkpoint / name}: cannot load ({type(exc).__name__}: {exc})") from exc
         role, tokenizer = Role(name, model, None, None, None), load_tokenizer(cfg)
     role.model.eval()
     return role, tokenizer
@@ -371,27 +379,66 @@ def save_base(role: Role, path: Path, tokenizer) -> None:
     tokenizer.save_pretrained(path)
 
 
-def load_role_weights(role: Role, path: Path) -> None:
-    """Restore a role's weights saved by ``save_role`` (exactly, in place)."""
+def check_weight_file(f: Path) -> dict:
+    """The tensors of safetensors file ``f``; a ``DamagedCheckpoint`` naming it if unreadable or not all finite."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
+    try:
+        part = load_file(f)
+    except (SafetensorError, OSError, ValueError, RuntimeError) as exc:
+        raise DamagedCheckpoint(f"{f}: unreadable weights ({type(exc).__name__}: {exc})") from exc
+    for k, v in part.items():
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise DamagedCheckpoint(f"{f}: {k} holds {int((~torch.isfinite(v)).sum())} non-finite values")
+    return part
+
+
+def read_role_weights(role: Role, path: Path) -> dict:
+    """The weights ``save_role`` wrote under ``path``, checked against ``role`` (names, shapes, all
+    finite) without touching it; a ``ValueError`` naming the file and what is wrong otherwise."""
     if role.adapter is not None:
-        from peft import set_peft_model_state_dict
+        from peft import get_peft_model_state_dict
 
         # At the top of the role's directory; checkpoints of older versions have it one level down.
         files = [d / "adapter_model.safetensors" for d in (path, path / role.adapter)]
-        files = [f for f in files if f.is_file()]
+        files = [f for f in files if f.is_file()][:1]
         if not files:
             raise FileNotFoundError(f"no adapter_model.safetensors in {path}")
-        set_peft_model_state_dict(role.model, load_file(files[0]), adapter_name=role.adapter)
-        return
-    state = {}
-    for f in sorted(path.glob("*.safetensors")):
-        state.update(load_file(f))
-    if not state:
-        raise FileNotFoundError(f"no *.safetensors under {path}")
-    missing, unexpected = role.model.load_state_dict(state, strict=False)
+        expected = get_peft_model_state_dict(role.model, adapter_name=role.adapter)
+    else:
+        files = sorted(path.glob("*.safetensors"))
+        if not files:
+            raise FileNotFoundError(f"no *.safetensors under {path}")
+        expected = role.model.state_dict()
+    state, origin = {}, {}
+    for f in files:
+        part = check_weight_file(f)
+        state.update(part)
+        origin.update(dict.fromkeys(part, f))
     # Tied embeddings are saved once; anything else missing is a real mismatch.
+    missing = [k for k in expected if k not in state and not k.endswith("lm_head.weight")]
+    unexpected = [k for k in state if k not in expected]
+    if missing or unexpected:
+        raise DamagedCheckpoint(f"{path}: weights of another model: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    for k, v in state.items():
+        want = tuple(getattr(expected[k], "ds_shape", expected[k].shape))
+        if expected[k].numel() and tuple(v.shape) != want:  # partitioned (ZeRO-3) tensors are empty here
+            raise DamagedCheckpoint(f"{origin[k]}: {k} has shape {tuple(v.shape)}, the model has {want}")
+    return state
+
+
+def load_role_weights(role: Role, path: Path, state: dict | None = None) -> None:
+    """Restore a role's weights saved by ``save_role`` (exactly, in place); ``state``: as
+    ``read_role_weights`` returned it, already checked."""
+    if state is None:
+        state = read_role_weights(role, path)
+    if role.adapter is not None:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(role.model, state, adapter_name=role.adapter)
+        return
+    missing, unexpected = role.model.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith("lm_head.weight")]
     if missing or unexpected:
         raise RuntimeError(f"{path}: missing {missing[:5]}, unexpected {unexpected[:5]}")

@@ -234,3 +234,16 @@ def test_a_real_full_disk_under_torch_save(small_disk):
                      r"checkpoint round_0000 is intact", str(err.value)), str(err.value)
     assert_previous_intact(m, small_disk)
     assert torch.load(m.latest() / "weights.pt")["w"].shape == (150_000,)
+
+
+def test_a_dangling_link_and_a_latest_naming_nothing_are_named(tmp_path, caplog):
+    m = CheckpointManager(tmp_path / "ckpt", keep_last=5)
+    m.save("round_0001", write_files(b"1"), {"round": 1})
+    (m.dir / "round_0002").symlink_to(tmp_path / "gone")
+    (m.dir / "latest").write_text("round_0003\n")
+    with caplog.at_level(logging.WARNING):
+        assert m.latest() == m.dir / "round_0001"
+    assert f"skipping checkpoint {m.dir / 'round_0002'}: a link to {tmp_path / 'gone'}" in caplog.text
+    assert "names checkpoint round_0003, which is not there" in caplog.text
+    m.save("round_0002", write_files(b"2"), {"round": 2})  # rewritten in place of the link
+    assert m.latest() == m.dir / "round_0002" and not (m.dir / "round_0002").is_symlink()
