@@ -192,7 +192,7 @@ def warmup_key(cfg: Config, env, challenger_prompt=None) -> dict:
             "env": cfg.env.name, "env_kwargs": dict(cfg.env.kwargs), "seed": cfg.run.seed,
             "eval": [cfg.eval.seed, cfg.eval.per_level], "references": references,
             "example_prompt": challenger_prompt([]) if references else env.challenger_prompt(),
-            "torch": torch.__version__, "transformers": transformers.__version__, "version": 3,
+            "torch": torch.__version__, "transformers": transformers.__version__, "version": 4,
             "cpu_kernels": torch.backends.cpu.get_cpu_capability(), "cpu": cpu_model(),
             "code": warmup_code_digest(env, bool(tools))}
 

@@ -75,7 +75,7 @@ def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, excl
                     challenger_prompt: Callable[[list], str] | None = None,
                     level_decay: float = 1.0, tool_demo: Callable | None = None,
                     tool_fraction: float = 0.0) -> list[tuple[str, WarmupCompletion]]:
-    """(prompt, completion) pairs: proposals (``challenger_fraction``) and solved tasks.
+    """(prompt, completion) pairs: proposals (``challenger_fraction``) and solved tasks, none in ``exclude``.
 
     Challenger examples span every level, so the challenger can propose what the
     solver cannot yet do; solver examples stop at ``solver_max_level``. With
@@ -88,6 +88,8 @@ def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, excl
     With ``tool_demo``, ``tool_fraction`` of the solved tasks are written as one tool call instead:
     ``tool_demo(task)`` gives the prompt with the tools announced and the completion as (text,
     trained) segments, the tool's observation untrained (None: the task is written plainly).
+    ``exclude`` holds the held-out (benchmark) tasks' texts: no proposal, reference or solved
+    task of either role is one of them.
     """
     levels = list(range(1, solver_max_level + 1))
     weights = [level_decay ** (k - 1) for k in levels]
@@ -96,11 +98,16 @@ def warmup_examples(env, rng: random.Random, n: int, solver_max_level: int, excl
         if rng.random() < challenger_fraction:
             level = rng.randint(1, env.num_levels)
             task = env.sample_task(level, rng)
+            if task.text in exclude:  # a held-out proposal (code_triplets abduction: with its answer) is never taught
+                continue
             typed = {"kind": task.kind} if getattr(task, "kind", "") else {}  # a typed environment's prompt per type
             prompt = env.challenger_prompt(**typed)
             if references:
                 near = [min(env.num_levels, max(1, level + rng.randint(-1, 1))) for _ in range(references)]
-                prompt = challenger_prompt([env.sample_task(k, rng, **typed) for k in near], **typed)
+                refs = [env.sample_task(k, rng, **typed) for k in near]
+                if any(r.text in exclude for r in refs):
+                    continue
+                prompt = challenger_prompt(refs, **typed)
             out.append((prompt, env.format_proposal(task)))
         else:
             level = rng.randint(1, solver_max_level) if level_decay == 1.0 else rng.choices(levels, weights)[0]
