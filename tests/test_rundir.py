@@ -58,7 +58,7 @@ def test_status_reads_without_writing(tmp_path):
     (run / "config.yaml").write_text("train:\n  rounds: 4\n")
     before = sorted(p.name for p in run.rglob("*"))
     assert run_status(run) == {"run": str(run), "rounds": 4, "round": 0, "checkpoint": None, "finished": False,
-                               "state": "new"}
+                               "state": "new", "alarms": []}
     (run / "config.yaml").write_text("train: [")
     assert run_status(run)["state"] == "invalid"
     assert sorted(p.name for p in run.rglob("*")) == before
