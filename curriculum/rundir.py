@@ -28,6 +28,7 @@ import yaml
 
 from curriculum.checkpoint import CheckpointManager, atomic_write, read_state
 from curriculum.errors import ConfigError
+from curriculum.monitor import read_jsonl
 
 
 log = logging.getLogger("selfplay")
@@ -186,19 +187,7 @@ def lock_holder(run_dir: RunDir) -> dict | None:
 
 def active_alarms(rd: RunDir) -> list[str]:
     """The health alarms on at the last round health was checked (its last ``phase: health`` record)."""
-    last: dict = {}
-    try:
-        with open(rd.metrics, encoding="utf-8") as f:
-            for line in f:
-                if '"health"' in line:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:  # a torn last line
-                        continue
-                    if isinstance(rec, dict) and rec.get("phase") == "health":
-                        last = rec
-    except OSError:
-        return []
+    last = next((rec for rec in reversed(read_jsonl(rd.metrics)) if rec.get("phase") == "health"), {})
     return [k.split("/", 1)[1] for k, v in last.items()
             if k.startswith("health/") and k.count("/") == 1 and k != "health/active" and v == 1]
 

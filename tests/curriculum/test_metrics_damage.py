@@ -73,3 +73,14 @@ def test_a_torn_last_line_of_a_live_writer_is_skipped_quietly(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         assert sorted(per_round(path)) == list(range(9))
     assert not caplog.text
+
+
+def test_status_reads_alarms_past_binary_garbage(tmp_path, caplog):
+    from curriculum.rundir import RunDir, active_alarms
+
+    health = json.dumps({"round": 3, "phase": "health", "health/kl": 1.0, "health/plateau": 0.0, "health/active": 1})
+    (tmp_path / "metrics.jsonl").write_bytes(health.encode() + b"\n\xff\xfe\x00\x81\n")
+    with caplog.at_level(logging.WARNING):
+        assert active_alarms(RunDir(tmp_path)) == ["kl"]
+    assert "line(s) that are not JSON records: lines [2]" in caplog.text
+
