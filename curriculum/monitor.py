@@ -157,8 +157,9 @@ def _truncate_lines(path: Path, keep: int) -> None:
     if path.exists():
         with open(path, "rb") as f:
             lines = f.readlines()
-    bad = [i + 1 for i, ln in enumerate(lines[:keep]) if not _is_record(ln)]
-    kept = [ln for ln in lines[:keep] if _is_record(ln)]
+    ok = [_is_record(ln) for ln in lines[:keep]]
+    bad = [i + 1 for i, good in enumerate(ok) if not good]
+    kept = [ln for ln, good in zip(lines, ok) if good]
     if len(kept) < keep:
         copy = ""
         if path.exists():

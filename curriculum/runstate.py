@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from curriculum.checkpoint import CheckpointManager
+from curriculum.checkpoint import CheckpointManager, read_state
 from curriculum.config import Config, diff_keys, is_resumable, load_config
 from curriculum.engine.distributed import full_parameters
 from curriculum.engine.policy import load_role_weights, read_role_weights, save_base, save_role
@@ -112,15 +112,15 @@ def read(path: Path, roles: dict, names: list[str]) -> dict:
     out["rng"] = _torch_file(path / "rng.pt", ("python", "numpy", "torch", "cuda"))
     _check_rng(path / "rng.pt", out["rng"])
     texts = {}
-    for name in ["state.json", *names]:
+    for name in names:
         try:
             texts[name] = (path / name).read_text(encoding="utf-8")
             if name.endswith(".json"):
                 texts[name] = json.loads(texts[name])
         except (OSError, ValueError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             raise DamagedCheckpoint(f"{path / name}: unreadable ({type(exc).__name__}: {exc})") from exc
-    state = texts.pop("state.json")
-    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+    state = read_state(path)
+    missing = [k for k in STATE_KEYS if k not in state]
     if missing:
         raise DamagedCheckpoint(f"{path / 'state.json'}: lacks {', '.join(missing)}")
     out["state"], out["files"] = state, texts
@@ -139,14 +139,6 @@ def apply(path: Path, loaded: dict, roles: dict) -> None:
     torch.set_rng_state(rng["torch"])
     if rng["cuda"] and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
-
-
-def load(path: Path, roles: dict, names: list[str]) -> dict:
-    """Restore both roles (weights, optimizer, schedule) and the random streams from ``path``;
-    return the loop's files ``names`` (``*.json`` parsed) and ``state.json`` as ``"state"``."""
-    loaded = read(path, roles, names)
-    apply(path, loaded, roles)
-    return {**loaded["files"], "state": loaded["state"]}
 
 
 def check_config(path: Path, cfg: Config) -> None:

@@ -27,7 +27,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from challenger.role import Challenger, Proposal, per_type_stats, rejection_reasons
 from curriculum import dashboard, health, runstate
-from curriculum.checkpoint import atomic_write, read_state
+from curriculum.checkpoint import atomic_write
 from curriculum.config import Config, to_yaml
 from curriculum.engine.distributed import check_world, init_dist, run_sharded, wrap_deepspeed
 from curriculum.engine.grpo import grpo_update
@@ -178,13 +178,9 @@ class SelfPlayTrainer:
                 for r in tqdm(range(first, self.cfg.train.rounds + 1), desc="rounds", initial=self.round,
                               total=self.cfg.train.rounds, disable=None if self.progress else True):
                     if not self.run_round(r):
-                        if self.stop_reason:
-                            log.warning("stopped by %s; checkpoint %s written, resume with `selfplay train --resume "
-                                        "%s` (take the alarm out of health.stop_on to go on)", self.stop_reason,
-                                        self.last_checkpoint, self.rundir.path)
-                        else:
-                            log.warning("stopped by signal; checkpoint %s written, resume with "
-                                        "`selfplay train --resume %s`", self.last_checkpoint, self.rundir.path)
+                        hint = " (take the alarm out of health.stop_on to go on)" if self.stop_reason else ""
+                        log.warning("stopped by %s; checkpoint %s written, resume with `selfplay train --resume %s`%s",
+                                    self.stop_reason or "signal", self.last_checkpoint, self.rundir.path, hint)
                         return
             finally:
                 self.monitor.close()
@@ -644,11 +640,11 @@ class SelfPlayTrainer:
 
     def _restore(self) -> tuple[str | None, int]:
         names = ["pool.json", "round_tasks.json"]
-        path = damaged = None
+        path = loaded = damaged = None
         if self.dist.is_main:  # the newest checkpoint every file of which loads, checked before anything changes
             for candidate in self.ckpt.intact():
                 try:
-                    runstate.read(candidate, self.roles, names)
+                    loaded = runstate.read(candidate, self.roles, names)
                 except runstate.DamagedCheckpoint as exc:
                     log.warning("skipping checkpoint %s: %s", candidate, exc)
                     damaged = damaged or exc
@@ -660,8 +656,10 @@ class SelfPlayTrainer:
             raise damaged if damaged is not None else FileNotFoundError(f"no complete checkpoint under {self.ckpt.dir}")
         log.info("resuming from %s", path)
         runstate.check_config(path, self.cfg)
-        files = runstate.load(path, self.roles, names)
-        state = files["state"]
+        if loaded is None:  # the other ranks read the checkpoint rank 0 chose
+            loaded = runstate.read(path, self.roles, names)
+        runstate.apply(path, loaded, self.roles)
+        state, files = loaded["state"], loaded["files"]
         try:
             self.pool.load_state_dict(files["pool.json"])
         except (ValueError, KeyError, TypeError) as exc:
