@@ -67,8 +67,9 @@ def latest_state(run_dir: Path) -> dict | None:
 def curve(run_dir: Path) -> list[dict]:
     """Per evaluated round: its eval metrics and the tokens generated so far (both roles)."""
     tokens, evals = {}, {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        rec = json.loads(line)
+    from curriculum.monitor import read_jsonl  # a killed arm may leave a torn last line
+
+    for rec in read_jsonl(run_dir / "metrics.jsonl"):
         t = rec.get("challenger/generated_tokens", 0) + rec.get("solver/generated_tokens", 0)
         if "solver/generated_tokens" in rec or "challenger/generated_tokens" in rec:
             tokens[rec["round"]] = t

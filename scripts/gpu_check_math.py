@@ -25,6 +25,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from curriculum.monitor import read_jsonl  # noqa: E402
 from tests.hf_models import qwen_tokenizer  # noqa: E402
 
 SMOKE = os.environ.get("GPU_CHECK_SMOKE") == "1"
@@ -72,11 +73,10 @@ def main() -> int:
     print(proc.stderr[-3000:] if proc.returncode else proc.stderr[-800:])
     problems = [] if proc.returncode == 0 else [f"selfplay train exited {proc.returncode}"]
     tasks = run / "tasks" / "round_0001.jsonl"
-    records = [json.loads(line) for line in tasks.read_text().splitlines()] if tasks.exists() else []
+    records = read_jsonl(tasks)
     if not any("<|im_start|>" in json.dumps(r) for r in records):
         problems.append(f"{tasks}: no chat-templated prompt recorded")
-    metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] \
-        if (run / "metrics.jsonl").exists() else []
+    metrics = read_jsonl(run / "metrics.jsonl")
     if not any("curriculum/label_accuracy" in m for m in metrics):
         problems.append("curriculum/label_accuracy was not logged")
     result = {"params": params, "smoke": SMOKE, "seconds": round(seconds, 1), "task_records": len(records),
