@@ -5,7 +5,16 @@
 #   bash scripts/test.sh [pytest args]
 # A tool that cannot be installed here (not root with apt) is named in one line, and only the tests
 # that need it are skipped.
-source "$(dirname "${BASH_SOURCE[0]}")/setup_env.sh" "[dev]"
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$HERE/setup_env.sh" "[dev]"
+# The whole suite also needs the vLLM environment (minutes of downloads on a fresh machine): it is
+# built in the background while the main suite runs.
+VLLM_INSTALL="" VLLM_LOG="${TMPDIR:-/tmp}/selfplay-vllm-install.$$.log"
+if [ $# -eq 0 ]; then
+  echo "[test] checking the vLLM environment in the background (log: $VLLM_LOG)"
+  bash "$HERE/test_vllm.sh" --install-only > "$VLLM_LOG" 2>&1 &
+  VLLM_INSTALL=$!
+fi
 export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions}"
 
 # need COMMAND PACKAGE WHAT: install PACKAGE if COMMAND is missing (root with apt only), else say what is skipped.
@@ -27,8 +36,15 @@ need bwrap bubblewrap "the sandbox's full isolation"
 need chromium chromium "the dashboard in a browser"
 export SELFPLAY_TESTS_WITHOUT
 
-python -m pytest -q "$@"
-# The vLLM engine's tests need their own environment (scripts/test_vllm.sh); run with the whole suite.
-if [ $# -eq 0 ]; then
-  bash "$(dirname "${BASH_SOURCE[0]}")/test_vllm.sh"
+status=0
+python -m pytest -q "$@" || status=$?
+# The vLLM engine's tests run in their own environment (scripts/test_vllm.sh), with the whole suite.
+if [ -n "$VLLM_INSTALL" ]; then
+  if ! wait "$VLLM_INSTALL"; then
+    echo "[test] building the vLLM environment failed; its log, $VLLM_LOG, ends:"
+    tail -20 "$VLLM_LOG"
+    exit 1
+  fi
+  bash "$HERE/test_vllm.sh" || status=$?
 fi
+exit $status

