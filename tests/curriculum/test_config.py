@@ -151,3 +151,11 @@ def test_an_unreadable_config_file_is_a_config_error(tmp_path, monkeypatch):
     monkeypatch.setattr("builtins.open", denied)
     with pytest.raises(ConfigError, match=f"cannot read config file '{p}': Permission denied"):
         load_config(p)
+
+
+def test_the_default_tool_prompt_is_the_solvers():
+    """The schema imports nothing of the project, so it holds its own copy of solver/tools.py's prompt."""
+    from curriculum.config import ToolUseConfig
+    from solver.tools import DEFAULT_TOOL_PROMPT
+
+    assert ToolUseConfig().tool_prompt == DEFAULT_TOOL_PROMPT
