@@ -126,7 +126,7 @@ def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_siz
 
 def evaluate_run(run_dir: Path) -> dict:
     """Held-out accuracy of the solver in the run's newest intact checkpoint (read-only)."""
-    from curriculum.engine.policy import load_solver
+    from curriculum.warmup import load_solver
 
     rd = RunDir(run_dir)
     if not rd.is_run():

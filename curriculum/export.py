@@ -79,8 +79,9 @@ def export_role(run_dir: Path, role: str, out: Path, merge: bool = False, checkp
 
 def _write(cfg, checkpoint: Path, name: str, tmp: Path, out: Path, merge: bool) -> str:
     from challenger.role import Challenger
-    from curriculum.engine.policy import load_role, save_base, save_role
+    from curriculum.engine.policy import save_base, save_role
     from curriculum.envs import benchmark, make_env
+    from curriculum.warmup import load_role
 
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     # The trainer's held-out set: only needed to rebuild the embedded base of old LoRA checkpoints.

@@ -31,7 +31,7 @@ from curriculum.checkpoint import atomic_write
 from curriculum.config import Config, to_yaml
 from curriculum.engine.distributed import check_world, init_dist, run_sharded, wrap_deepspeed
 from curriculum.engine.grpo import grpo_update
-from curriculum.engine.policy import ROLES, build_roles, load_base, resolve_device
+from curriculum.engine.policy import ROLES, build_roles, resolve_device
 from curriculum.engine.prompts import render_prompt, resolve_style
 from curriculum.engine.rollout import pack
 from curriculum.engine.rl import group_ids_for
@@ -45,6 +45,7 @@ from curriculum.rollouts import Rollouts, derive_seed, make_engine
 from curriculum.rundir import RunDir, RunLock, claim
 from curriculum.signals import StopOnSignal
 from curriculum.sources import LevelSampler
+from curriculum.warmup import load_base
 from solver.role import Attempt, Solver, has_signal, solve_rates
 from solver.tools import with_tool_prompt
 from solver.verifier import label_accuracy, solve_rate

@@ -13,11 +13,12 @@ from curriculum import cli, runstate
 from curriculum.checkpoint import CheckpointManager
 from curriculum.config import load_config, to_yaml
 from curriculum.engine.distributed import SingleProcess
-from curriculum.engine.policy import build_roles, load_role
+from curriculum.engine.policy import build_roles
 from curriculum.engine.rollout import encode_prompts
 from curriculum.engine.tiny import build_model, build_tokenizer
 from curriculum.envs import make_env
 from curriculum.rundir import RunDir, RunLock
+from curriculum.warmup import load_role
 from tests.conftest import TINY_OVERRIDES
 from tests.hf_models import hf_answers, prompts, trainer_answers
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from curriculum.config import load_config
-from curriculum.engine.policy import load_base
+from curriculum.warmup import load_base
 from curriculum.envs import make_env
 from curriculum.errors import ConfigError
 from tests.hf_models import cache_qwen, qwen_tokenizer, save_qwen

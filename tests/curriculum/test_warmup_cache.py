@@ -8,9 +8,9 @@ import torch
 
 from curriculum.config import load_config
 from curriculum.engine import tiny
-from curriculum.engine.policy import load_base, warmup_key
 from curriculum.engine.tiny import cache_key
 from curriculum.envs import make_env
+from curriculum.warmup import load_base, warmup_key
 
 SMALL = ["run.device=cpu", "model.tiny.hidden_size=16", "model.tiny.layers=1", "model.tiny.heads=2",
          "model.warmup.steps=3", "model.warmup.batch_size=4", "env.kwargs={num_levels: 2}"]
@@ -34,7 +34,7 @@ def test_key_changes_with_what_changes_the_model(monkeypatch):
 
 def test_key_changes_with_the_cpu_kernels_and_model(monkeypatch):
     # The same seed warms up to different weights under AVX2 and AVX-512 kernels (BENCHMARKS.md).
-    import curriculum.engine.policy as policy
+    import curriculum.warmup as policy
 
     base = key()
     assert policy.cpu_model()  # this machine's name, whatever it is
@@ -48,7 +48,7 @@ def test_key_changes_with_the_cpu_kernels_and_model(monkeypatch):
 def test_key_changes_with_the_code_that_generates_the_examples(tmp_path, monkeypatch):
     from pathlib import Path
 
-    import curriculum.engine.policy as policy
+    import curriculum.warmup as policy
 
     env = make_env("arithmetic", num_levels=2)
     sources = {p.name for p in policy.warmup_sources(env, tools=False)}
@@ -61,6 +61,35 @@ def test_key_changes_with_the_code_that_generates_the_examples(tmp_path, monkeyp
     assert key() == before  # the same code: the same entry
     generator.write_text("def sample_task(level): return level + 1\n")
     assert key() != before
+
+
+def test_key_is_the_payload_it_had_in_the_engine():
+    """Moving the warm-up out of the engine keeps every cached model valid: the key of
+    configs/demo_cpu.yaml is the hash of the payload as curriculum/engine/policy.py built it."""
+    import platform
+
+    import transformers
+
+    from challenger.role import Challenger
+    from curriculum.warmup import cpu_model, warmup_code_digest
+
+    for overrides in ([], ["curriculum.references=2"], ["solver.tools=[python]", "solver.max_turns=2"]):
+        cfg = load_config("configs/demo_cpu.yaml", overrides)
+        env = make_env(cfg.env.name, **cfg.env.kwargs)
+        prompt = Challenger(env).prompt
+        w, tools = vars(cfg.model.warmup), cfg.solver.tools
+        payload = {"tiny": {k: v for k, v in vars(cfg.model.tiny).items() if k != "position"},
+                   "warmup": {k: v for k, v in w.items() if k != "cache_dir" and (tools or k != "tool_fraction")},
+                   "env": cfg.env.name, "env_kwargs": cfg.env.kwargs, "seed": cfg.run.seed,
+                   "eval": [cfg.eval.seed, cfg.eval.per_level], "references": cfg.curriculum.references,
+                   "example_prompt": prompt([]) if cfg.curriculum.references else env.challenger_prompt(),
+                   "torch": torch.__version__, "transformers": transformers.__version__, "version": 4,
+                   "cpu_kernels": torch.backends.cpu.get_cpu_capability(), "cpu": cpu_model() or platform.processor(),
+                   "code": warmup_code_digest(env, bool(tools))}
+        if tools:
+            payload["tools"] = [tools, cfg.solver.tool_prompt, cfg.solver.tool_output_chars]
+        assert cfg.model.tiny.position == "rope"  # rope is left out of the key, as before the key had it
+        assert cache_key(warmup_key(cfg, env, prompt)) == cache_key(payload), overrides
 
 
 def test_warmup_runs_on_its_own_thread_count(tmp_path, monkeypatch):
