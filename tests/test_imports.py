@@ -4,6 +4,9 @@ Every import counts, at module level or inside a function, and so does
 ``importlib.import_module("...")`` with a literal name.
 """
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,8 @@ FORBIDDEN = {
     "solver": ("curriculum", "challenger"),
     "curriculum.engine": ("challenger", "solver", "curriculum.trainer", "curriculum.pool", "curriculum.envs",
                           "curriculum.rundir", "curriculum.checkpoint", "curriculum.monitor", "curriculum.dashboard",
-                          "curriculum.evaluate", "curriculum.cli", "curriculum.sources"),
+                          "curriculum.evaluate", "curriculum.cli", "curriculum.sources", "curriculum.warmup",
+                          "curriculum.config.validate"),
     "curriculum.engine.rl": ("curriculum.config", "curriculum.engine.policy", "curriculum.engine.grpo",
                              "curriculum.engine.rollout", "curriculum.engine.distributed", "curriculum.engine.tiny"),
     "curriculum.envs": ("curriculum.engine", "curriculum.trainer", "curriculum.config", "curriculum.pool",
@@ -122,3 +126,43 @@ def test_roles_are_found_by_name():
     assert "class Challenger" in (ROOT / "challenger" / "role.py").read_text()
     assert "class Solver" in (ROOT / "solver" / "role.py").read_text()
     assert "challenger.role" in GRAPH["curriculum.trainer"] and "solver.role" in GRAPH["curriculum.trainer"]
+
+
+# module -> project modules (prefixes) that importing it must not load, through any chain of imports.
+TRANSITIVE_FORBIDDEN = {
+    "curriculum.engine": ("challenger", "solver", "curriculum.envs", "curriculum.trainer", "curriculum.pool",
+                          "curriculum.config.validate"),
+    "curriculum.config": ("challenger", "solver", "curriculum.envs", "curriculum.engine", "curriculum.pool",
+                          "curriculum.config.validate"),
+}
+ENGINE = sorted(m for m in MODULES if m.startswith("curriculum.engine") and m != "curriculum.engine.vllm_engine")
+
+
+def loaded_by(module: str, by_path: bool = False) -> set[str]:
+    """Project modules in sys.modules after importing ``module`` alone, in a fresh interpreter; ``by_path``
+    runs its file alone, without the packages above it (their ``__init__`` would count otherwise)."""
+    load = (f"import importlib.util as u; s = u.spec_from_file_location('m', {str(MODULES[module])!r}); "
+            "m = sys.modules['m'] = u.module_from_spec(s); s.loader.exec_module(m)") if by_path else f"import {module}"
+    code = f"import sys; {load}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    return {m for m in out.split() if m.split(".")[0] in PACKAGES}
+
+
+@pytest.mark.parametrize("module", [*ENGINE, "curriculum.config"])
+def test_transitive_imports(module):
+    """What a package reaches through other modules counts too (curriculum.engine.grpo once loaded solver.tools
+    through the config)."""
+    rules = [f for prefix, fs in TRANSITIVE_FORBIDDEN.items() if module == prefix or module.startswith(prefix + ".")
+             for f in fs]
+    assert sorted(m for m in loaded_by(module) if any(m == f or m.startswith(f + ".") for f in rules)) == []
+
+
+def test_config_schema_reaches_nothing_of_the_project():
+    assert loaded_by("curriculum.config.schema", by_path=True) == set()
+
+
+def test_transitive_check_sees_an_indirect_import():
+    assert "solver.tools" in loaded_by("solver.role")  # solver.role imports solver.tools
+    assert {"curriculum.envs", "curriculum.pool", "challenger.role"} <= loaded_by("curriculum.trainer")
+    assert "curriculum.config" in loaded_by("curriculum.config.paths", by_path=False)  # the package comes too
