@@ -126,13 +126,14 @@ def test_programs_that_write_outside_score_zero_and_write_nothing(env, open_env,
 
 def test_a_timeout_is_counted_and_the_solver_role_scores_through_it(env):
     t = task(env, "induction", INC, 1, 2, 3, 4)
-    before = env.stats()
-    completions = [HOSTILE["loops forever"] + "  # fresh", INC, "garbage(", HOSTILE["kills the parent"] + "\n"]
 
     class Completion:
         def __init__(self, text):
             self.text, self.finished = text, True
 
+    Solver(env).attempt([t], lambda prompts: [Completion(INC)])  # cached here, whichever tests ran before
+    before = env.stats()
+    completions = [HOSTILE["loops forever"] + "  # fresh", INC, "garbage(", HOSTILE["kills the parent"] + "\n"]
     attempts = Solver(env).attempt([t] * 4, lambda prompts: [Completion(c) for c in completions])
     assert [a.score for a in attempts] == [0.0, 1.0, 0.0, 0.0]
     after = env.stats()
