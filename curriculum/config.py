@@ -279,7 +279,8 @@ class CurriculumConfig:
     # How the solver's batches are drawn from the pool: frontier or uniform.
     sampler: str = "frontier"
     # selfplay: share of each solver batch replayed from the challenger's past tasks that left the pool
-    # (aged out or mastered), so training on the frontier alone does not forget what lies below it.
+    # (aged out or mastered), so training on the frontier alone does not forget what lies below it. The count
+    # is rounded half up; a pool short of fresh tasks shrinks the batch, not the share.
     replay_fraction: float = 0.0
     # selfplay: keep and replay past tasks level by level (a full store drops the oldest task of its most-held
     # level; each replay cycles through the levels), so levels mastered early are not forgotten; false = newest

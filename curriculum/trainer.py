@@ -40,7 +40,8 @@ from curriculum.envs import Task, benchmark, make_env, task_types, typed
 from curriculum.errors import ConfigError
 from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores, tool_passes
 from curriculum.monitor import Monitor, NullMonitor
-from curriculum.pool import SAMPLERS, PoolEntry, TaskPool, near_band, quantiles, weighted_without_replacement
+from curriculum.pool import (SAMPLERS, PoolEntry, TaskPool, near_band, quantiles, replay_split,
+                             weighted_without_replacement)
 from curriculum.rollouts import Rollouts, derive_seed, make_engine
 from curriculum.rundir import RunDir, RunLock, claim
 from curriculum.signals import StopOnSignal
@@ -489,10 +490,11 @@ class SelfPlayTrainer:
 
     def pool_batch(self, n: int, rng: random.Random) -> list[Task]:
         """Self-play's tasks for one solver step: ``curriculum.replay_fraction`` of ``n`` replayed from
-        retired tasks (as many as there are), the rest from the pool; no task twice."""
-        replayed = self.pool.replay(round(self.cfg.curriculum.replay_fraction * n), rng)
+        retired tasks, the rest from the pool, counts by ``pool.replay_split``; no task twice."""
+        fresh, k = replay_split(self.cfg.curriculum.replay_fraction, n, len(self.pool.entries), len(self.pool.retired))
+        replayed = self.pool.replay(k, rng)
         self._replayed = len(replayed)
-        return [e.task for e in self.pool.sample(n - len(replayed), rng)] + [e.task for e in replayed]
+        return [e.task for e in self.pool.sample(fresh, rng)] + [e.task for e in replayed]
 
     def evaluate(self, r: int) -> dict[str, float]:
         """Held-out benchmark: greedy accuracy and/or mean@k, overall and per level; the frontier level.
