@@ -564,7 +564,7 @@ class SelfPlayTrainer:
         stats = grpo_update(self.roles[name], rollout, rc.loss, grad_clip=rc.optim.grad_clip,
                             norm_len=rc.sampling.max_new_tokens,  # Dr. GRPO's constant, whatever the prompt length
                             backend=self.cfg.rl.backend, seed=derive_seed(self.cfg.run.seed, r, name, "minibatch", step),
-                            dist=self.dist, tis_cap=self.cfg.rollout.tis_cap)
+                            dist=self.dist, tis_cap=self.cfg.rollout.tis_cap, temperature=rc.sampling.temperature)
         steps = int(stats.pop("optimizer_steps"))
         self.steps[name] += steps
         if steps:

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip: float, norm_len: int | None = None,
                 backend: str = "auto", seed: int = 0, dist: SingleProcess | None = None,
-                tis_cap: float = 0.0) -> dict[str, float]:
+                tis_cap: float = 0.0, temperature: float = 1.0) -> dict[str, float]:
     """Advantages -> clipped-surrogate steps over minibatches -> averaged statistics.
 
     ``norm_len`` is the constant that ``seq-mean-token-sum-norm`` divides by, required with that
@@ -31,6 +31,8 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
     Otherwise they are computed once, before any step.
     Log-probs come from ``packed_logprobs``: no padding and each group's prompt once, the same
     values as the padded forward up to float rounding, only at ``response_mask`` positions.
+    Every log-prob (current, old, reference) is of ``logits / temperature``, the role's sampling
+    temperature, as verl computes them: the policy that sampled is the one the ratio speaks of.
     A step whose loss or gradient is not finite is skipped (weights, optimizer and
     schedule untouched) and counted in ``nonfinite_steps``: one bad batch must not
     poison the weights that the next checkpoint saves.
@@ -43,7 +45,7 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
     """
     if role.engine is not None:
         return engine_update(role, rollout, loss_cfg, norm_len=norm_len, backend=backend, seed=seed,
-                             dist=dist or SingleProcess(), tis_cap=tis_cap)
+                             dist=dist or SingleProcess(), tis_cap=tis_cap, temperature=temperature)
     role.activate()
     model = role.model
     device = next(model.parameters()).device
@@ -55,10 +57,11 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
         old_logp_bt = None
         if not on_policy(loss_cfg, n):
             old_logp_bt, _ = packed_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask,
-                                             backend=backend)
+                                             backend=backend, temperature=temperature)
         ref_logp_bt = None
         if loss_cfg.kl_coef > 0:
-            ref_logp_bt = role.reference_logprobs(batch.input_ids, batch.attention_mask, backend=backend)
+            ref_logp_bt = role.reference_logprobs(batch.input_ids, batch.attention_mask, backend=backend,
+                                                 temperature=temperature)
 
     gen = torch.Generator().manual_seed(seed)
     sums: dict[str, float] = defaultdict(float)
@@ -70,7 +73,7 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
             idx = order[start : start + mb].to(device)
             mask_bt = batch.response_mask[idx]
             logp_bt, ent_bt = packed_logprobs(model, batch.input_ids[idx], batch.attention_mask[idx], mask_bt,
-                                              with_entropy=True, backend=backend)
+                                              with_entropy=True, backend=backend, temperature=temperature)
             old_bt = logp_bt.detach() if old_logp_bt is None else old_logp_bt[idx]
             adv, tis_stats = truncated_is(adv_n[idx], old_bt, batch.rollout_logprobs, idx, mask_bt, tis_cap)
             loss, stats = policy_loss(
@@ -174,7 +177,7 @@ def _plan(n: int, mb: int, epochs: int, gen: torch.Generator, rank: int, world: 
 
 
 def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, norm_len: int | None, backend: str,
-                  seed: int, dist: SingleProcess, tis_cap: float = 0.0) -> dict[str, float]:
+                  seed: int, dist: SingleProcess, tis_cap: float = 0.0, temperature: float = 1.0) -> dict[str, float]:
     """``grpo_update`` through a DeepSpeed engine, each rank taking 1/world of every minibatch.
 
     ``rollout`` is the global batch (identical on every rank). A micro-batch's loss is
@@ -197,13 +200,14 @@ def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, norm_le
 
     def logprobs(m, **kw):
         return packed_logprobs(model, batch.input_ids[m], batch.attention_mask[m], batch.response_mask[m],
-                               backend=backend, **kw)
+                               backend=backend, temperature=temperature, **kw)
 
     with torch.no_grad():  # behaviour (and reference) log-probs of every planned micro-batch, before any step
         old = None if on_policy(loss_cfg, n) else [[logprobs(m.to(device))[0] for m in micros] for _, micros in plan]
         ref = None
         if loss_cfg.kl_coef > 0:
-            ref = [[role.reference_logprobs(batch.input_ids[m], batch.attention_mask[m], backend=backend)
+            ref = [[role.reference_logprobs(batch.input_ids[m], batch.attention_mask[m], backend=backend,
+                                           temperature=temperature)
                     for m in micros] for _, micros in plan]
     per_step: list[dict[str, float]] = []
     model.train()
