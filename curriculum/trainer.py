@@ -36,7 +36,7 @@ from curriculum.engine.prompts import render_prompt, resolve_style
 from curriculum.engine.rollout import pack
 from curriculum.engine.rl import group_ids_for
 from curriculum.engine.tools import Trajectory, tool_stats
-from curriculum.envs import Task, benchmark, make_env, task_types, typed
+from curriculum.envs import Task, benchmark, held_out_texts, make_env, task_types, typed
 from curriculum.errors import ConfigError
 from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores, tool_passes
 from curriculum.monitor import Monitor, NullMonitor
@@ -84,7 +84,7 @@ class SelfPlayTrainer:
                                      repetition_threshold=cfg.reward.repetition_threshold, invalid_reward=cfg.reward.invalid)
         self.solver = Solver(self.env, cfg.solver.tool_prompt if cfg.solver.tools else "")
         self.benchmark = benchmark(self.env, cfg.eval.seed, cfg.eval.per_level)
-        self.held_out = {t.text for t in self.benchmark}
+        self.held_out = held_out_texts(self.env, self.benchmark)  # matched by the env's canonical form
         self.roles = self._build_roles()
         self.style = resolve_style(cfg.prompt.style, self.tokenizer)  # chat or plain
         self.rollouts = Rollouts(cfg, self.dist, self.roles, self.tokenizer, self.challenger, self.solver, self.progress,

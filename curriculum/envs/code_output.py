@@ -93,6 +93,15 @@ class CodeOutput:
         loops = sum(isinstance(n, (ast.For, ast.While, ast.ListComp)) for n in ast.walk(tree))
         return max(1, min(self.num_levels, 1 + loops + nodes // 20))
 
+    @staticmethod
+    def canonical(text: str) -> str:
+        """The program as ``ast.unparse`` writes it (spacing, comments and quotes normalised), else the
+        stripped text: the held-out exclusion's key, so a variant of a benchmark program never joins the pool."""
+        try:
+            return ast.unparse(ast.parse(text))
+        except (SyntaxError, ValueError):
+            return text.strip()
+
     def format_proposal(self, task: Task) -> str:
         return task.text
 
