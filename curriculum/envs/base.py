@@ -59,6 +59,13 @@ class InvalidProposal(ValueError):
     """A proposal the environment refuses; ``str(exc)`` is the short reason."""
 
 
+class FailedProposal(InvalidProposal):
+    """A well-formed proposal (it parses) that fails the environment's check when run (an error, a timeout,
+    different outputs twice): Absolute Zero's "wrong" tier, apart from format errors (``reward.tiers``)."""
+
+    well_formed = True
+
+
 @runtime_checkable
 class Environment(Protocol):
     """A task family. Register an implementation with ``@register_env("name")``.

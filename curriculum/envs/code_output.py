@@ -14,7 +14,7 @@ import functools
 import random
 import threading
 
-from curriculum.envs.base import InvalidProposal, Task
+from curriculum.envs.base import FailedProposal, InvalidProposal, Task
 from curriculum.envs.registry import int_kwarg, register_env
 
 _SHARED: dict[tuple, object] = {}
@@ -79,12 +79,12 @@ class CodeOutput:
         report = self.sandbox.check_determinism(code)
         result = report.result
         if result.status != "ok":
-            raise InvalidProposal(f"exec_{result.status}")
+            raise FailedProposal(f"exec_{result.status}")
         if not report.deterministic:
-            raise InvalidProposal("nondeterministic")
+            raise FailedProposal("nondeterministic")
         answer = result.stdout.strip()
         if not answer or len(answer) > self.max_answer_chars:
-            raise InvalidProposal("answer_length")
+            raise FailedProposal("answer_length")
         return answer
 
     def level_of(self, tree: ast.AST) -> int:
