@@ -259,7 +259,7 @@ def test_bounds_must_lie_beyond_the_clip_range():
 
 
 class FakeEngine:
-    """What engine_update asks of a DeepSpeed engine, doing nothing."""
+    """What grpo_update's EngineStepper asks of a DeepSpeed engine, doing nothing."""
 
     device = torch.device("cpu")
 
