@@ -44,7 +44,9 @@ class HeldOut(frozenset):
         return self
 
     def __contains__(self, text) -> bool:
-        return frozenset.__contains__(self, text) or (self._canonical is not None and self._canonical(text) in self._keys)
+        if frozenset.__contains__(self, text):
+            return True
+        return self._canonical is not None and self._canonical(text) in self._keys
 
     def __reduce__(self):
         return HeldOut, (frozenset(self), self._canonical)
