@@ -241,11 +241,12 @@ class RewardConfig:
     repetition_threshold: float = 0.5
     # Reward of a proposal the environment rejects (the format gate).
     invalid: float = -1.0
-    # Absolute Zero's reward tiers: reward.invalid for a format error, reward.wrong for a proposal that is
-    # well-formed but fails when run (code_output, code_triplets: an error, a timeout, nondeterminism); off = invalid for both.
+    # Absolute Zero's reward tiers: reward.invalid for a format error and, for a proposal that is
+    # well-formed but fails when run (code_output, code_triplets: an error, a timeout, nondeterminism) reward.failing;
+    # off = reward.invalid for both.
     tiers: bool = False
     # Reward of a well-formed but failing proposal with reward.tiers (Absolute Zero: -0.5).
-    wrong: float = -0.5
+    failing: float = -0.5
 
 
 @dataclass
@@ -818,7 +819,7 @@ RANGES: dict[str, Range] = {
     "reward.repetition_coef": _NON_NEGATIVE,
     "reward.repetition_threshold": _FRACTION,  # a BLEU distance
     "reward.invalid": Range(),
-    "reward.wrong": Range(),
+    "reward.failing": Range(),
     "curriculum.probe_samples": Range(2, 1 << 12),  # a solve rate needs two samples
     "curriculum.probe_samples_max": Range(0, 1 << 14),
     "curriculum.probe_temperature": _NON_NEGATIVE,

@@ -82,7 +82,7 @@ class SelfPlayTrainer:
         self._env_counts: dict[str, float] = {}  # the environment's counters at the last round's end
         self.challenger = Challenger(self.env, frontier=cfg.reward.frontier, repetition_coef=cfg.reward.repetition_coef,
                                      repetition_threshold=cfg.reward.repetition_threshold, invalid_reward=cfg.reward.invalid,
-                                     wrong_reward=cfg.reward.wrong if cfg.reward.tiers else None)
+                                     wrong_reward=cfg.reward.failing if cfg.reward.tiers else None)
         self.solver = Solver(self.env, cfg.solver.tool_prompt if cfg.solver.tools else "")
         self.benchmark = benchmark(self.env, cfg.eval.seed, cfg.eval.per_level)
         self.held_out = held_out_texts(self.env, self.benchmark)  # matched by the env's canonical form

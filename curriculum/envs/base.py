@@ -63,7 +63,7 @@ class InvalidProposal(ValueError):
 
 class FailedProposal(InvalidProposal):
     """A well-formed proposal (it parses) that fails the environment's check when run (an error, a timeout,
-    different outputs twice): Absolute Zero's "wrong" tier, apart from format errors (``reward.tiers``)."""
+    different outputs twice): Absolute Zero's "wrong" tier, apart from format errors (``reward.tiers``, ``reward.failing``)."""
 
     well_formed = True
 

@@ -135,7 +135,7 @@ def test_absolute_zero_reward_tiers_tell_format_errors_from_failing_programs():
     proposals = [Proposal(SimpleNamespace(text=t, finished=True), p, solve_rate=0.5 if p.valid else None)
                  for t, p in zip(texts, parsed)]
     cfg = load_config(None, ["reward.tiers=true"])
-    tiered, _ = Challenger(env, invalid_reward=cfg.reward.invalid, wrong_reward=cfg.reward.wrong).rewards(proposals)
+    tiered, _ = Challenger(env, invalid_reward=cfg.reward.invalid, wrong_reward=cfg.reward.failing).rewards(proposals)
     assert tiered[:3].tolist() == [-1.0, -1.0, -0.5]
     flat, _ = Challenger(env, invalid_reward=load_config(None, []).reward.invalid).rewards(proposals)
     assert flat[:3].tolist() == [-1.0, -1.0, -1.0] and flat[3] == tiered[3]  # off by default: one value
