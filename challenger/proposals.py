@@ -11,11 +11,13 @@ MAX_PROPOSAL_CHARS = 4096
 
 @dataclass
 class Parsed(Generic[T]):
-    """One proposal after parsing: ``task`` is set or ``reason`` says why not."""
+    """One proposal after parsing: ``task`` is set or ``reason`` says why not; ``well_formed``: a rejection
+    that parsed but failed when run (the environment raised an exception with ``well_formed`` true)."""
 
     text: str
     task: T | None
     reason: str = ""
+    well_formed: bool = False
 
     @property
     def valid(self) -> bool:
@@ -39,11 +41,12 @@ def parse_proposals(texts: Sequence[str], parse: Callable[[str], T], *, finished
         try:
             out.append(Parsed(text, parse(text)))
         except Exception as exc:  # noqa: BLE001 - model output must never crash the trainer
-            out.append(Parsed(text, None, _reason(exc)))
+            out.append(Parsed(text, None, _reason(exc), well_formed=bool(getattr(exc, "well_formed", False))))
     return out
 
 
 def _reason(exc: Exception) -> str:
     msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     name = type(exc).__name__
-    return msg[:80] if name == "InvalidProposal" and msg else f"{name}: {msg[:60]}".rstrip(": ")
+    refusal = any(c.__name__ == "InvalidProposal" for c in type(exc).__mro__)  # its subclasses too
+    return msg[:80] if refusal and msg else f"{name}: {msg[:60]}".rstrip(": ")

@@ -156,8 +156,11 @@ def challenger_rewards(
     frontier: str = "uncertainty",
     repetition_coef: float = 1.0,
     invalid_reward: float = -1.0,
+    wrong_b: torch.Tensor | None = None,
+    wrong_reward: float = -0.5,
 ):
-    """Reward of each proposal: ``valid ? frontier(p) - coef * rep : invalid_reward``.
+    """Reward of each proposal: ``valid ? frontier(p) - coef * rep : invalid_reward``; with ``wrong_b``
+    (bool [B]: rejected but well-formed) those get ``wrong_reward`` instead (Absolute Zero's tiers).
 
     Args:
         valid_b: bool [B], the format gate (parsed and grounded by the environment).
@@ -174,6 +177,8 @@ def challenger_rewards(
     frontier_b = FRONTIER_REWARDS[frontier](p_b)
     valid_reward_b = frontier_b - repetition_coef * repetition_b
     reward_b = torch.where(valid_b, valid_reward_b, torch.full_like(valid_reward_b, invalid_reward))
+    if wrong_b is not None:
+        reward_b = torch.where(~valid_b & wrong_b, torch.full_like(reward_b, wrong_reward), reward_b)
     n_valid = int(valid_b.sum())
     stats = {
         "valid_fraction": n_valid / max(1, valid_b.numel()),

@@ -73,12 +73,13 @@ class Challenger:
     """Proposes tasks of ``env``; is rewarded for tasks at the solver's frontier that are not repeats."""
 
     def __init__(self, env: ChallengerEnv, *, frontier: str = "uncertainty", repetition_coef: float = 1.0,
-                 repetition_threshold: float = 0.5, invalid_reward: float = -1.0):
+                 repetition_threshold: float = 0.5, invalid_reward: float = -1.0, wrong_reward: float | None = None):
         self.env = env
         self.frontier = frontier
         self.repetition_coef = repetition_coef
         self.repetition_threshold = repetition_threshold
         self.invalid_reward = invalid_reward
+        self.wrong_reward = wrong_reward  # None: every rejection gets invalid_reward
 
     def prompt(self, references: Sequence[Any] = (), kind: str = "") -> str | list[dict]:
         """The prompt of one group, conditioned on reference tasks (none: the environment's own prompt):
@@ -103,8 +104,11 @@ class Challenger:
         p_b = torch.tensor([p.solve_rate if p.valid else 0.0 for p in proposals], dtype=torch.float32)
         rep_b = repetition_penalty([p.task.text if p.valid else "" for p in proposals],
                                    self.repetition_threshold, valid=valid_b.tolist())
+        tiers = {} if self.wrong_reward is None else dict(
+            wrong_b=torch.tensor([p.parsed.well_formed for p in proposals], dtype=torch.bool), wrong_reward=self.wrong_reward)
         reward_b, stats = challenger_rewards(valid_b, p_b, rep_b, frontier=self.frontier,
-                                             repetition_coef=self.repetition_coef, invalid_reward=self.invalid_reward)
+                                             repetition_coef=self.repetition_coef, invalid_reward=self.invalid_reward,
+                                             **tiers)
         stats.update(proposal_stats(proposals))
         return reward_b, stats
 

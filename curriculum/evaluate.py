@@ -14,7 +14,7 @@ import torch
 
 from curriculum.checkpoint import read_state
 from curriculum.config import load_config
-from curriculum.envs import Task, benchmark, make_env
+from curriculum.envs import Task, benchmark, held_out_texts, make_env
 from curriculum.engine.prompts import resolve_style
 from curriculum.engine.rollout import HFEngine
 from curriculum.engine.tools import generate_with_tools
@@ -140,7 +140,7 @@ def evaluate_run(run_dir: Path) -> dict:
     for candidate in (rd.checkpoint_manager().intact() if rd.checkpoints.is_dir() else ()):
         try:
             round_ = int(read_state(candidate)["round"])
-            role, tokenizer = load_solver(cfg, candidate, env, {t.text for t in tasks}, Challenger(env).prompt,
+            role, tokenizer = load_solver(cfg, candidate, env, held_out_texts(env, tasks), Challenger(env).prompt,
                                           functools.partial(solver.demonstration, output_chars=cfg.solver.tool_output_chars))
         except (DamagedCheckpoint, OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("skipping checkpoint %s: %s", candidate, exc)

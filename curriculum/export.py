@@ -80,12 +80,12 @@ def export_role(run_dir: Path, role: str, out: Path, merge: bool = False, checkp
 def _write(cfg, checkpoint: Path, name: str, tmp: Path, out: Path, merge: bool) -> str:
     from challenger.role import Challenger
     from curriculum.engine.policy import save_base, save_role
-    from curriculum.envs import benchmark, make_env
+    from curriculum.envs import benchmark, held_out_texts, make_env
     from curriculum.warmup import load_role
 
     env = make_env(cfg.env.name, **cfg.env.kwargs)
     # The trainer's held-out set: only needed to rebuild the embedded base of old LoRA checkpoints.
-    held_out = {t.text for t in benchmark(env, cfg.eval.seed, cfg.eval.per_level)}
+    held_out = held_out_texts(env, benchmark(env, cfg.eval.seed, cfg.eval.per_level))
     role, tokenizer = load_role(cfg, checkpoint, name, env, held_out, Challenger(env).prompt)
     if role.adapter is None:
         role.model.save_pretrained(tmp)

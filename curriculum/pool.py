@@ -217,3 +217,22 @@ def weighted_without_replacement(items: list, weights: list[float], k: int, rng:
     # Efraimidis-Spirakis: keys u^(1/w), take the k largest.
     keyed = sorted(((rng.random() ** (1.0 / max(w, 1e-12)), i) for i, w in enumerate(weights)), reverse=True)
     return [items[i] for _, i in keyed[:k]]
+
+
+def replay_split(fraction: float, n: int, fresh_available: int, retired_available: int) -> tuple[int, int]:
+    """(fresh, replayed) task counts of a solver batch of ``n`` that replays ``fraction`` of it.
+
+    replayed = ``fraction * n`` rounded half up (0.25 of 6 -> 2, 0.25 of 10 -> 3: the same rule for
+    every n, unlike Python's half-to-even ``round``), never more than the retired tasks held; the rest
+    fresh from the pool. When the pool holds fewer fresh tasks than that rest, the replayed count is
+    scaled down with it, so the batch shrinks but keeps the configured share (0.5 of 10 with 2 fresh
+    tasks -> 2 fresh + 2 replayed, not 2 + 5).
+    """
+    def half_up(x: float) -> int:
+        return math.floor(x + 0.5 + 1e-9)  # 1e-9: 0.35 * 10 is 3.4999... in floats
+
+    replayed = min(half_up(fraction * n), retired_available, n)
+    fresh = min(n - replayed, fresh_available)
+    if fresh < n - replayed and fraction < 1:
+        replayed = min(replayed, half_up(fraction * fresh / (1 - fraction)))
+    return fresh, replayed

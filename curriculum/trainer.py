@@ -36,11 +36,12 @@ from curriculum.engine.prompts import render_prompt, resolve_style
 from curriculum.engine.rollout import pack
 from curriculum.engine.rl import group_ids_for
 from curriculum.engine.tools import Trajectory, tool_stats
-from curriculum.envs import Task, benchmark, make_env, task_types, typed
+from curriculum.envs import Task, benchmark, held_out_texts, make_env, task_types, typed
 from curriculum.errors import ConfigError
 from curriculum.evaluate import accuracy_report, frontier_level, passes, solver_scores, tool_passes
 from curriculum.monitor import Monitor, NullMonitor
-from curriculum.pool import SAMPLERS, PoolEntry, TaskPool, near_band, quantiles, weighted_without_replacement
+from curriculum.pool import (SAMPLERS, PoolEntry, TaskPool, near_band, quantiles, replay_split,
+                             weighted_without_replacement)
 from curriculum.rollouts import Rollouts, derive_seed, make_engine
 from curriculum.rundir import RunDir, RunLock, claim
 from curriculum.signals import StopOnSignal
@@ -81,10 +82,11 @@ class SelfPlayTrainer:
         self.task_types = task_types(self.env)  # () for an environment with one kind of task
         self._env_counts: dict[str, float] = {}  # the environment's counters at the last round's end
         self.challenger = Challenger(self.env, frontier=cfg.reward.frontier, repetition_coef=cfg.reward.repetition_coef,
-                                     repetition_threshold=cfg.reward.repetition_threshold, invalid_reward=cfg.reward.invalid)
+                                     repetition_threshold=cfg.reward.repetition_threshold, invalid_reward=cfg.reward.invalid,
+                                     wrong_reward=cfg.reward.failing if cfg.reward.tiers else None)
         self.solver = Solver(self.env, cfg.solver.tool_prompt if cfg.solver.tools else "")
         self.benchmark = benchmark(self.env, cfg.eval.seed, cfg.eval.per_level)
-        self.held_out = {t.text for t in self.benchmark}
+        self.held_out = held_out_texts(self.env, self.benchmark)  # matched by the env's canonical form
         self.roles = self._build_roles()
         self.style = resolve_style(cfg.prompt.style, self.tokenizer)  # chat or plain
         self.rollouts = Rollouts(cfg, self.dist, self.roles, self.tokenizer, self.challenger, self.solver, self.progress,
@@ -490,10 +492,11 @@ class SelfPlayTrainer:
 
     def pool_batch(self, n: int, rng: random.Random) -> list[Task]:
         """Self-play's tasks for one solver step: ``curriculum.replay_fraction`` of ``n`` replayed from
-        retired tasks (as many as there are), the rest from the pool; no task twice."""
-        replayed = self.pool.replay(round(self.cfg.curriculum.replay_fraction * n), rng)
+        retired tasks, the rest from the pool, counts by ``pool.replay_split``; no task twice."""
+        fresh, k = replay_split(self.cfg.curriculum.replay_fraction, n, len(self.pool.entries), len(self.pool.retired))
+        replayed = self.pool.replay(k, rng)
         self._replayed = len(replayed)
-        return [e.task for e in self.pool.sample(n - len(replayed), rng)] + [e.task for e in replayed]
+        return [e.task for e in self.pool.sample(fresh, rng)] + [e.task for e in replayed]
 
     def evaluate(self, r: int) -> dict[str, float]:
         """Held-out benchmark: greedy accuracy and/or mean@k, overall and per level; the frontier level.
@@ -563,7 +566,7 @@ class SelfPlayTrainer:
         stats = grpo_update(self.roles[name], rollout, rc.loss, grad_clip=rc.optim.grad_clip,
                             norm_len=rc.sampling.max_new_tokens,  # Dr. GRPO's constant, whatever the prompt length
                             backend=self.cfg.rl.backend, seed=derive_seed(self.cfg.run.seed, r, name, "minibatch", step),
-                            dist=self.dist, tis_cap=self.cfg.rollout.tis_cap)
+                            dist=self.dist, tis_cap=self.cfg.rollout.tis_cap, temperature=rc.sampling.temperature)
         steps = int(stats.pop("optimizer_steps"))
         self.steps[name] += steps
         if steps:

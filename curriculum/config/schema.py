@@ -253,6 +253,11 @@ class RewardConfig:
     repetition_threshold: float = key(0.5, _FRACTION,
                                       doc="BLEU distance under which two proposals are near-duplicates.")
     invalid: float = key(-1.0, Range(), doc="Reward of a proposal the environment rejects (the format gate).")
+    tiers: bool = key(False, doc="Absolute Zero's reward tiers: reward.invalid for a format error and, for a proposal "
+                                 "that is well-formed but fails when run (code_output, code_triplets: an error, a timeout, "
+                                 "nondeterminism) reward.failing; off = reward.invalid for both.")
+    failing: float = key(-0.5, Range(),
+                         doc="Reward of a well-formed but failing proposal with reward.tiers (Absolute Zero: -0.5).")
 
 
 @dataclass
@@ -293,7 +298,8 @@ class CurriculumConfig:
     replay_fraction: float = key(0.0, _FRACTION,
                                  doc="selfplay: share of each solver batch replayed from the challenger's past tasks "
                                      "that left the pool (aged out or mastered), so training on the frontier alone does "
-                                     "not forget what lies below it.")
+                                     "not forget what lies below it. The count is rounded half up; a pool short of fresh tasks "
+                                     "shrinks the batch, not the share.")
     replay_by_level: bool = key(False,
                                 doc="selfplay: keep and replay past tasks level by level (a full store drops the oldest "
                                     "task of its most-held level; each replay cycles through the levels), so levels "

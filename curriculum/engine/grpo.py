@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip: float, norm_len: int | None = None,
                 backend: str = "auto", seed: int = 0, dist: SingleProcess | None = None,
-                tis_cap: float = 0.0) -> dict[str, float]:
+                tis_cap: float = 0.0, temperature: float = 1.0) -> dict[str, float]:
     """Advantages -> clipped-surrogate steps over minibatches -> averaged statistics.
 
     ``norm_len`` is the constant that ``seq-mean-token-sum-norm`` divides by, required with that
@@ -31,85 +31,139 @@ def grpo_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, grad_clip
     Otherwise they are computed once, before any step.
     Log-probs come from ``packed_logprobs``: no padding and each group's prompt once, the same
     values as the padded forward up to float rounding, only at ``response_mask`` positions.
-    A step whose loss or gradient is not finite is skipped (weights, optimizer and
-    schedule untouched) and counted in ``nonfinite_steps``: one bad batch must not
-    poison the weights that the next checkpoint saves.
-    A role with a DeepSpeed engine takes ``engine_update`` (any number of ranks).
+    Every log-prob (current, old, reference) is of ``logits / temperature``, the role's sampling
+    temperature, as verl computes them: the policy that sampled is the one the ratio speaks of.
+
+    One loop for both ways of stepping (``PlainStepper``, ``EngineStepper``); ``rollout`` is the
+    global batch (identical on every rank) and each rank takes
+    1/world of every minibatch (``_plan``), cut into the engine's accumulation micro-batches; a
+    micro-batch's loss is scaled by ``world * local_denominator / global_denominator`` of its
+    minibatch, so the average over ranks yields the gradient of the global minibatch loss
+    (N ranks x B/N sequences match 1 rank x B; with one rank and one micro-batch the scale is 1).
+    A step whose loss or gradient is not finite is skipped (weights, optimizer and schedule
+    untouched), counted in ``nonfinite_steps`` and left out of the averaged statistics: one bad
+    batch must not poison the weights that the next checkpoint saves.
 
     With the sampling engine's log-probs (``rollout.rollout_logprobs``, a vLLM rollout) and
     ``tis_cap`` > 0, each token's policy loss is weighted by ``min(exp(old - engine), tis_cap)``
     (truncated importance sampling, as verl's): the engine's numerics differ from the trainer's,
     so its samples are slightly off-policy even right after a weight sync.
     """
-    if role.engine is not None:
-        return engine_update(role, rollout, loss_cfg, norm_len=norm_len, backend=backend, seed=seed,
-                             dist=dist or SingleProcess(), tis_cap=tis_cap)
+    stepper = EngineStepper(role, dist or SingleProcess()) if role.engine is not None else PlainStepper(role, grad_clip)
     role.activate()
     model = role.model
-    device = next(model.parameters()).device
-    batch = rollout.to(device)
+    batch = rollout.to(stepper.device)
     adv_n = compute_advantages(batch.rewards, batch.group_ids, loss_cfg.estimator, backend=backend)
     n = len(batch)
-    mb = loss_cfg.minibatch_size or n
-    with torch.no_grad():
-        old_logp_bt = None
-        if not on_policy(loss_cfg, n):
-            old_logp_bt, _ = packed_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask,
-                                             backend=backend)
-        ref_logp_bt = None
-        if loss_cfg.kl_coef > 0:
-            ref_logp_bt = role.reference_logprobs(batch.input_ids, batch.attention_mask, backend=backend)
+    plan = _plan(n, loss_cfg.minibatch_size or n, loss_cfg.epochs, torch.Generator().manual_seed(seed),
+                 stepper.dist.rank, stepper.dist.world, stepper.gas)
 
-    gen = torch.Generator().manual_seed(seed)
-    sums: dict[str, float] = defaultdict(float)
-    count = skipped = 0
+    def logprobs(m, **kw):
+        return packed_logprobs(model, batch.input_ids[m], batch.attention_mask[m], batch.response_mask[m],
+                               backend=backend, temperature=temperature, **kw)
+
+    def reference(m):
+        return role.reference_logprobs(batch.input_ids[m], batch.attention_mask[m], backend=backend,
+                                       temperature=temperature)
+
+    with torch.no_grad():  # behaviour (and reference) log-probs of every planned micro-batch, before any step
+        old = None if on_policy(loss_cfg, n) else stepper.prefetch(lambda m: logprobs(m)[0], plan, n)
+        ref = stepper.prefetch(reference, plan, n) if loss_cfg.kl_coef > 0 else None
+    per_step: list[dict[str, float]] = []
     model.train()
-    for _ in range(loss_cfg.epochs):
-        order = torch.randperm(n, generator=gen) if mb < n else torch.arange(n)
-        for start in range(0, n, mb):
-            idx = order[start : start + mb].to(device)
-            mask_bt = batch.response_mask[idx]
-            logp_bt, ent_bt = packed_logprobs(model, batch.input_ids[idx], batch.attention_mask[idx], mask_bt,
-                                              with_entropy=True, backend=backend)
-            old_bt = logp_bt.detach() if old_logp_bt is None else old_logp_bt[idx]
-            adv, tis_stats = truncated_is(adv_n[idx], old_bt, batch.rollout_logprobs, idx, mask_bt, tis_cap)
+    for j, (idx, micros) in enumerate(plan):
+        total = _nonzero(_denominator(batch.response_mask[idx.to(stepper.device)], loss_cfg.aggregation))
+        sums: dict[str, float] = defaultdict(float)
+        for k, m in enumerate(micros):
+            m = m.to(stepper.device)
+            mask_bt = batch.response_mask[m]
+            logp_bt, ent_bt = logprobs(m, with_entropy=True)
+            old_bt = logp_bt.detach() if old is None else old[j][k]
+            adv, tis_stats = truncated_is(adv_n[m], old_bt, batch.rollout_logprobs, m, mask_bt, tis_cap)
             loss, stats = policy_loss(
                 logp_bt, old_bt, adv, mask_bt,
-                **_loss_kwargs(loss_cfg, norm_len), ref_logp=None if ref_logp_bt is None else ref_logp_bt[idx],
-                backend=backend,
+                **_loss_kwargs(loss_cfg, norm_len), ref_logp=None if ref is None else ref[j][k], backend=backend,
             )
             stats.update(tis_stats)
-            loss.backward()
-            grad_norm = global_grad_norm(role.params)
-            if not (math.isfinite(grad_norm) and math.isfinite(float(loss.detach()))):
-                role.optimizer.zero_grad(set_to_none=True)
-                skipped += 1
-                log.warning("non-finite loss or gradient (grad norm %s): optimizer step skipped", grad_norm)
-                continue
-            if grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(role.params, grad_clip)
-            role.optimizer.step()
-            role.scheduler.step()
-            role.optimizer.zero_grad(set_to_none=True)
+            share = _denominator(mask_bt, loss_cfg.aggregation) / total
+            stepper.backward(loss * (share * stepper.dist.world))
             with torch.no_grad():
-                m = mask_bt.to(ent_bt.dtype)
-                stats["entropy"] = float((ent_bt * m).sum() / _nonzero(float(m.sum())))
-            stats.update(loss=float(loss.detach()), grad_norm=grad_norm)
-            for k, v in stats.items():
-                sums[k] += v
-            count += 1
+                tokens = float(mask_bt.sum())
+                stats["entropy"] = float((ent_bt * mask_bt.to(ent_bt.dtype)).sum()) / _nonzero(tokens)
+            for key, v in stats.items():  # token means, re-weighted into the minibatch's token mean
+                sums[key] += v * tokens
+            sums["_tokens"] += tokens
+            sums["loss"] += float(loss.detach()) * share
+        grad_norm, applied = stepper.step(sums["loss"])
+        per_step.append(dict(sums, grad_norm=grad_norm, _applied=float(applied),
+                             _skipped=float(not (applied and math.isfinite(grad_norm)))))
     model.eval()
-    out = {k: v / max(count, 1) for k, v in sums.items()}
+    gathered = stepper.dist.all_gather_object(per_step)
+    out = _combine(gathered)
     out.update(
         reward_mean=float(batch.rewards.mean()),
         reward_std=float(batch.rewards.std()) if n > 1 else 0.0,
         adv_abs_mean=float(adv_n.abs().mean()),
         lr=lr_of(role),
-        optimizer_steps=float(count),
-        nonfinite_steps=float(skipped),
+        optimizer_steps=float(sum(step["_applied"] for step in per_step)),
+        nonfinite_steps=float(sum(step["_skipped"] for step in per_step)),
         response_tokens_mean=float(batch.response_mask.sum(-1).mean()),
     )
     return out
+
+
+class PlainStepper:
+    """One process, a torch optimizer: checks the gradient, clips, steps; a non-finite step is skipped."""
+
+    gas = 1
+
+    def __init__(self, role: Role, grad_clip: float):
+        self.role, self.grad_clip, self.dist = role, grad_clip, SingleProcess()
+        self.device = next(role.model.parameters()).device
+
+    def prefetch(self, fn, plan, n: int):
+        """``fn`` of the whole batch at once, cut into the plan's micro-batches."""
+        whole = fn(torch.arange(n, device=self.device))
+        return [[whole[m.to(whole.device)] for m in micros] for _, micros in plan]
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self, loss: float) -> tuple[float, bool]:
+        role = self.role
+        grad_norm = global_grad_norm(role.params)
+        if not (math.isfinite(grad_norm) and math.isfinite(loss)):
+            role.optimizer.zero_grad(set_to_none=True)
+            log.warning("non-finite loss or gradient (grad norm %s): optimizer step skipped", grad_norm)
+            return grad_norm, False
+        if self.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(role.params, self.grad_clip)
+        role.optimizer.step()
+        role.scheduler.step()
+        role.optimizer.zero_grad(set_to_none=True)
+        return grad_norm, True
+
+
+class EngineStepper:
+    """A DeepSpeed engine on any number of ranks: accumulation, clipping and the (sharded) AdamW step happen
+    in ``engine.step``. DeepSpeed itself skips a step whose gradient norm is not finite (tested for ZeRO-2
+    and ZeRO-3 on two ranks, with clipping on); it is counted from that norm."""
+
+    def __init__(self, role: Role, dist: SingleProcess):
+        self.engine, self.dist = role.engine, dist
+        self.device = self.engine.device
+        self.gas = self.engine.gradient_accumulation_steps()
+
+    def prefetch(self, fn, plan, n: int):
+        """``fn`` of each of this rank's micro-batches."""
+        return [[fn(m.to(self.device)) for m in micros] for _, micros in plan]
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.engine.backward(loss, scale_wrt_gas=False)
+        self.engine.step()
+
+    def step(self, loss: float) -> tuple[float, bool]:
+        return float(self.engine.get_global_grad_norm() or 0.0), True
 
 
 def truncated_is(adv_b: torch.Tensor, old_bt: torch.Tensor, engine_bt: torch.Tensor | None, idx: torch.Tensor,
@@ -173,91 +227,17 @@ def _plan(n: int, mb: int, epochs: int, gen: torch.Generator, rank: int, world: 
     return plan
 
 
-def engine_update(role: Role, rollout: Rollout, loss_cfg: LossConfig, *, norm_len: int | None, backend: str,
-                  seed: int, dist: SingleProcess, tis_cap: float = 0.0) -> dict[str, float]:
-    """``grpo_update`` through a DeepSpeed engine, each rank taking 1/world of every minibatch.
-
-    ``rollout`` is the global batch (identical on every rank). A micro-batch's loss is
-    scaled by ``world * local_denominator / global_denominator`` of its minibatch, so
-    the engine's average over ranks (and its unscaled accumulation) yields the gradient
-    of the global minibatch loss: N ranks x B/N sequences match 1 rank x B.
-    Clipping, accumulation and the (sharded) AdamW step happen in ``engine.step``.
-    DeepSpeed itself skips a step whose gradient norm is not finite (tested for ZeRO-2
-    and ZeRO-3 on two ranks, with clipping on); it is counted here from that norm.
-    """
-    role.activate()
-    model, engine = role.model, role.engine
-    device = engine.device
-    batch = rollout.to(device)
-    adv_n = compute_advantages(batch.rewards, batch.group_ids, loss_cfg.estimator, backend=backend)
-    n = len(batch)
-    mb = loss_cfg.minibatch_size or n
-    plan = _plan(n, mb, loss_cfg.epochs, torch.Generator().manual_seed(seed), dist.rank, dist.world,
-                 engine.gradient_accumulation_steps())
-
-    def logprobs(m, **kw):
-        return packed_logprobs(model, batch.input_ids[m], batch.attention_mask[m], batch.response_mask[m],
-                               backend=backend, **kw)
-
-    with torch.no_grad():  # behaviour (and reference) log-probs of every planned micro-batch, before any step
-        old = None if on_policy(loss_cfg, n) else [[logprobs(m.to(device))[0] for m in micros] for _, micros in plan]
-        ref = None
-        if loss_cfg.kl_coef > 0:
-            ref = [[role.reference_logprobs(batch.input_ids[m], batch.attention_mask[m], backend=backend)
-                    for m in micros] for _, micros in plan]
-    per_step: list[dict[str, float]] = []
-    model.train()
-    for j, (idx, micros) in enumerate(plan):
-        total = _nonzero(_denominator(batch.response_mask[idx.to(device)], loss_cfg.aggregation))
-        sums: dict[str, float] = defaultdict(float)
-        for k, m in enumerate(micros):
-            m = m.to(device)
-            mask_bt = batch.response_mask[m]
-            logp_bt, ent_bt = logprobs(m, with_entropy=True)
-            old_bt = logp_bt.detach() if old is None else old[j][k]
-            adv, tis_stats = truncated_is(adv_n[m], old_bt, batch.rollout_logprobs, m, mask_bt, tis_cap)
-            loss, stats = policy_loss(
-                logp_bt, old_bt, adv, mask_bt,
-                **_loss_kwargs(loss_cfg, norm_len), ref_logp=None if ref is None else ref[j][k], backend=backend,
-            )
-            stats.update(tis_stats)
-            share = _denominator(mask_bt, loss_cfg.aggregation) / total
-            engine.backward(loss * (share * dist.world), scale_wrt_gas=False)
-            engine.step()
-            with torch.no_grad():
-                tokens = float(mask_bt.sum())
-                stats["entropy"] = float((ent_bt * mask_bt.to(ent_bt.dtype)).sum()) / _nonzero(tokens)
-            for key, v in stats.items():  # token means, re-weighted into the minibatch's token mean
-                sums[key] += v * tokens
-            sums["_tokens"] += tokens
-            sums["loss"] += float(loss.detach()) * share
-        per_step.append(dict(sums))
-        per_step[-1]["grad_norm"] = float(engine.get_global_grad_norm() or 0.0)
-    model.eval()
-    out = _combine(dist.all_gather_object(per_step))
-    out.update(
-        reward_mean=float(batch.rewards.mean()),
-        reward_std=float(batch.rewards.std()) if n > 1 else 0.0,
-        adv_abs_mean=float(adv_n.abs().mean()),
-        lr=lr_of(role),
-        optimizer_steps=float(len(plan)),
-        nonfinite_steps=float(sum(not math.isfinite(step["grad_norm"]) for step in per_step)),
-        response_tokens_mean=float(batch.response_mask.sum(-1).mean()),
-    )
-    return out
-
-
 def _combine(per_rank: list[list[dict[str, float]]]) -> dict[str, float]:
-    """Per-rank, per-step partial sums -> the mean over steps of each step's global statistics."""
-    steps = len(per_rank[0])
+    """Per-rank, per-step partial sums -> the mean over applied steps of each step's global statistics."""
+    steps = [j for j in range(len(per_rank[0])) if not per_rank[0][j]["_skipped"]]
     out: dict[str, float] = defaultdict(float)
-    for j in range(steps):
+    for j in steps:
         parts = [r[j] for r in per_rank]
         tokens = _nonzero(sum(p["_tokens"] for p in parts))
         for key in parts[0]:
-            if key in ("_tokens", "grad_norm"):
+            if key.startswith("_") or key == "grad_norm":
                 continue
             total = sum(p.get(key, 0.0) for p in parts)
-            out[key] += (total if key == "loss" else total / tokens) / steps
-        out["grad_norm"] += parts[0]["grad_norm"] / steps
+            out[key] += (total if key == "loss" else total / tokens) / len(steps)
+        out["grad_norm"] += parts[0]["grad_norm"] / len(steps)
     return dict(out)

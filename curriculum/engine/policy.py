@@ -50,14 +50,16 @@ class Role:
         return self
 
     @torch.no_grad()
-    def reference_logprobs(self, input_ids, attention_mask, backend: str = "auto"):
-        """Log-probs under the reference policy: base with adapters off, or the frozen copy."""
+    def reference_logprobs(self, input_ids, attention_mask, backend: str = "auto", temperature: float = 1.0):
+        """Log-probs under the reference policy at the sampling ``temperature``: base with adapters off, or the
+        frozen copy."""
         if self.adapter is not None:
             with self.model.disable_adapter():
-                return sequence_logprobs(self.model, input_ids, attention_mask, backend=backend)[0]
+                return sequence_logprobs(self.model, input_ids, attention_mask, backend=backend,
+                                         temperature=temperature)[0]
         if self.reference is None:
             raise RuntimeError(f"{self.name}: kl_coef > 0 but no reference model was built")
-        return sequence_logprobs(self.reference, input_ids, attention_mask, backend=backend)[0]
+        return sequence_logprobs(self.reference, input_ids, attention_mask, backend=backend, temperature=temperature)[0]
 
     def trainer_state(self) -> dict:
         """A torch optimizer state dict over ``params`` either way (collective under DeepSpeed)."""

@@ -18,7 +18,8 @@ shares the embedding) and on the CPU keeps the packed matrix of the old weights,
 heads are re-processed after each push (``_refresh_tied``).
 
 Prompts go in as token ids, completions come out as token ids with the log-prob of each
-sampled token (the raw model's, temperature 1, as the trainer computes them), for
+sampled token (vLLM's processed log-probs: after temperature, as the trainer computes them, and
+after top-p, which the trainer does not renormalise for: keep ``top_p`` 1 for exact TIS weights), for
 truncated importance sampling (``grpo.truncated_is``). Each request is seeded from the
 call's seed and its index, so a call's samples do not depend on how vLLM batches them; they
 are not transformers' samples, and runs on this engine are reproducible on the same
@@ -117,6 +118,7 @@ class VLLMEngine:
         base = model.get_base_model() if self.lora else model
         base.config.save_pretrained(self._dir.name)  # the architecture only: weights are pushed
         kwargs = dict(model=self._dir.name, skip_tokenizer_init=True, load_format="dummy", dtype=cfg.model.dtype,
+                      logprobs_mode="processed_logprobs",  # at the sampling temperature, as the update (verl)
                       seed=cfg.run.seed, enable_prefix_caching=True, tensor_parallel_size=1)
         if cfg.rollout.max_model_len:
             kwargs["max_model_len"] = cfg.rollout.max_model_len

@@ -33,8 +33,39 @@ class Task:
         return cls(text=d["text"], answer=d["answer"], level=int(d["level"]), kind=str(d.get("kind", "")))
 
 
+class HeldOut(frozenset):
+    """The held-out benchmark's task texts; ``in`` also matches by the environment's ``canonical(text)``
+    where it has one (``code_output``: a program re-spaced or with comments is the same program)."""
+
+    def __new__(cls, texts, canonical=None):
+        self = super().__new__(cls, texts)
+        self._canonical = canonical
+        self._keys = frozenset(canonical(t) for t in self) if canonical else frozenset()
+        return self
+
+    def __contains__(self, text) -> bool:
+        if frozenset.__contains__(self, text):
+            return True
+        return self._canonical is not None and self._canonical(text) in self._keys
+
+    def __reduce__(self):
+        return HeldOut, (frozenset(self), self._canonical)
+
+
+def held_out_texts(env, tasks) -> HeldOut:
+    """``HeldOut`` of ``tasks``' texts under ``env``'s optional ``canonical``."""
+    return HeldOut((t.text for t in tasks), getattr(env, "canonical", None))
+
+
 class InvalidProposal(ValueError):
     """A proposal the environment refuses; ``str(exc)`` is the short reason."""
+
+
+class FailedProposal(InvalidProposal):
+    """A well-formed proposal (it parses) that fails the environment's check when run (an error, a timeout,
+    different outputs twice): Absolute Zero's "wrong" tier, apart from format errors (``reward.tiers``, ``reward.failing``)."""
+
+    well_formed = True
 
 
 @runtime_checkable

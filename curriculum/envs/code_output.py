@@ -14,7 +14,7 @@ import functools
 import random
 import threading
 
-from curriculum.envs.base import InvalidProposal, Task
+from curriculum.envs.base import FailedProposal, InvalidProposal, Task
 from curriculum.envs.registry import int_kwarg, register_env
 
 _SHARED: dict[tuple, object] = {}
@@ -79,12 +79,12 @@ class CodeOutput:
         report = self.sandbox.check_determinism(code)
         result = report.result
         if result.status != "ok":
-            raise InvalidProposal(f"exec_{result.status}")
+            raise FailedProposal(f"exec_{result.status}")
         if not report.deterministic:
-            raise InvalidProposal("nondeterministic")
+            raise FailedProposal("nondeterministic")
         answer = result.stdout.strip()
         if not answer or len(answer) > self.max_answer_chars:
-            raise InvalidProposal("answer_length")
+            raise FailedProposal("answer_length")
         return answer
 
     def level_of(self, tree: ast.AST) -> int:
@@ -92,6 +92,15 @@ class CodeOutput:
         nodes = sum(1 for _ in ast.walk(tree))
         loops = sum(isinstance(n, (ast.For, ast.While, ast.ListComp)) for n in ast.walk(tree))
         return max(1, min(self.num_levels, 1 + loops + nodes // 20))
+
+    @staticmethod
+    def canonical(text: str) -> str:
+        """The program as ``ast.unparse`` writes it (spacing, comments and quotes normalised), else the
+        stripped text: the held-out exclusion's key, so a variant of a benchmark program never joins the pool."""
+        try:
+            return ast.unparse(ast.parse(text))
+        except (SyntaxError, ValueError):
+            return text.strip()
 
     def format_proposal(self, task: Task) -> str:
         return task.text

@@ -36,7 +36,7 @@ import random
 import warnings
 from dataclasses import dataclass
 
-from curriculum.envs.base import InvalidProposal, Task
+from curriculum.envs.base import FailedProposal, InvalidProposal, Task
 from curriculum.envs.code_output import shared_sandbox
 from curriculum.envs.programs import random_input, random_program, run_program
 from curriculum.envs.registry import int_kwarg, register_env
@@ -154,7 +154,7 @@ class CodeTriplets:
             raise InvalidProposal("message_length")
         outputs = self._ground(program, tuple(inputs))
         if kind == "induction" and len(set(outputs)) < 2:
-            raise InvalidProposal("constant_outputs")  # `return c` would solve it
+            raise FailedProposal("constant_outputs")  # `return c` would solve it
         return self._task(Triplet(kind, program, tuple(inputs), outputs, message or ""))
 
     def format_proposal(self, task: Task) -> str:
@@ -221,7 +221,7 @@ class CodeTriplets:
         """The outputs: ``repr(f(input))`` per input, run twice in the sandbox; else InvalidProposal."""
         outputs, reason = self._run_twice(program, inputs)
         if reason:
-            raise InvalidProposal(reason)
+            raise FailedProposal(reason)
         return outputs
 
     @functools.lru_cache(maxsize=65536)  # proposals repeat, rejected ones too; execution is the cost

@@ -30,6 +30,9 @@ SNIPPET_ENV = {
     "LANG": "C.UTF-8",
     "USER": "sandbox",
     "LOGNAME": "sandbox",
+    # glibc reserves 64 MiB of address space per malloc arena, one per thread up to 8 x cores: with
+    # RLIMIT_AS a handful of threads ran out before any of them allocated (docs/sandbox.md).
+    "MALLOC_ARENA_MAX": "2",
 }
 
 # Top-level paths that merged-/usr distributions make symlinks into /usr.

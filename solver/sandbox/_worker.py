@@ -24,6 +24,7 @@ kernel kills every process left in the namespace, so background children
 cannot outlive the snippet.
 """
 
+import _thread
 import atexit
 import builtins
 import ctypes
@@ -44,6 +45,7 @@ import types
 # byte blobs whose lengths the header lists under "blobs".
 _LEN = struct.Struct(">I")
 MAX_HEADER_BYTES = 1 << 24
+THREAD_STACK_BYTES = 1 << 20  # each snippet thread's stack (prepare_interpreter)
 
 
 def pack_frame(header, blobs=()):
@@ -598,6 +600,9 @@ def prepare_interpreter(env):
     os.environ.update(env, HOME="/tmp", TMPDIR="/tmp")
     sys.argv[:] = ["-c"]
     sys.path.insert(0, "")  # as python -c: the cwd, i.e. the scratch dir
+    # A thread's stack counts against RLIMIT_AS at its full size (8 MiB by default): 1 MiB, as
+    # macOS's secondary threads have, lets 16 threads start at 256 MiB (docs/sandbox.md).
+    _thread.stack_size(THREAD_STACK_BYTES)
 
 
 def make_streams():

@@ -118,3 +118,24 @@ def test_average_linkage_not_single(monkeypatch):
     monkeypatch.setattr(rewards, "bleu_scores", fake_scores)
     rep = rewards.repetition_penalty(["a", "b", "c"], 0.5)
     assert rep.tolist() == pytest.approx([2 / 3, 2 / 3, 1 / 3])
+
+
+def test_absolute_zero_reward_tiers_tell_format_errors_from_failing_programs():
+    from challenger.proposals import parse_proposals
+    from challenger.role import Challenger, Proposal
+    from curriculum.config import load_config
+    from curriculum.envs import make_env
+
+    env = make_env("code_output")
+    texts = ["print(", "x = 1", "print(1 // 0)", "print(2 + 3)"]  # syntax, no print, runs into an error, fine
+    parsed = parse_proposals(texts, env.parse_proposal)
+    assert [p.reason for p in parsed] == ["syntax", "no_print", "exec_error", ""]
+    from types import SimpleNamespace
+
+    proposals = [Proposal(SimpleNamespace(text=t, finished=True), p, solve_rate=0.5 if p.valid else None)
+                 for t, p in zip(texts, parsed)]
+    cfg = load_config(None, ["reward.tiers=true"])
+    tiered, _ = Challenger(env, invalid_reward=cfg.reward.invalid, wrong_reward=cfg.reward.failing).rewards(proposals)
+    assert tiered[:3].tolist() == [-1.0, -1.0, -0.5]
+    flat, _ = Challenger(env, invalid_reward=load_config(None, []).reward.invalid).rewards(proposals)
+    assert flat[:3].tolist() == [-1.0, -1.0, -1.0] and flat[3] == tiered[3]  # off by default: one value

@@ -55,3 +55,18 @@ def test_sandbox_still_serves_after_attacks(env):
     parse_proposals(["import os\nwhile True: os.fork()"], env.parse_proposal)
     assert os.getpid() > 0  # still here
     assert env.parse_proposal("print(6*7)").answer == "42"
+
+
+def test_held_out_exclusion_matches_a_respaced_or_commented_benchmark_program(env):
+    from curriculum.envs import benchmark, held_out_texts
+
+    tasks = benchmark(env, 0, 2)
+    loop = next(t for t in tasks if "for" in t.text)
+    held = held_out_texts(env, tasks)
+    variant = "# warm up\n" + loop.text.replace("x=", "x = ").replace("\n", "  # step\n", 1) + "\n\n"
+    assert variant != loop.text and variant.strip() not in {t.text for t in tasks}
+    task = env.parse_proposal(variant)  # a valid proposal, so only the exclusion can stop it
+    assert task.answer == loop.answer
+    assert task.text in held
+    assert "print(12345)" not in held and "print(12345" not in held  # other programs, parsed or not, pass
+    assert loop.text in held_out_texts(make_env("arithmetic"), tasks)  # without canonical: exact text

@@ -169,3 +169,31 @@ def test_on_policy_rule():
 
     assert on_policy(LossConfig(), 64) and on_policy(LossConfig(minibatch_size=64), 64)
     assert not on_policy(LossConfig(epochs=2), 64) and not on_policy(LossConfig(minibatch_size=32), 64)
+
+
+@pytest.mark.parametrize("deepspeed_path", [False, True])
+def test_update_logprobs_are_at_the_sampling_temperature(monkeypatch, deepspeed_path):
+    """verl: log-probs of ``logits / T``; at T = 0.5 old, current and reference all are (first step: one policy)."""
+    from curriculum.engine import grpo
+    from tests.curriculum.test_rl_loss import FakeEngine
+
+    cfg, tok, roles = tiny_roles(["solver.loss.kl_coef=0.1", "solver.loss.epochs=2"])
+    sv = roles["solver"]
+    rollout = rollout_for(sv, tok, lambda t: float(len(t) > 2))
+    with torch.no_grad():
+        logits = sv.model(input_ids=rollout.input_ids, attention_mask=rollout.attention_mask).logits[:, :-1].float()
+    want_bt = torch.log_softmax(logits / 0.5, -1).gather(-1, rollout.input_ids[:, 1:, None]).squeeze(-1)
+    seen = []
+    real = grpo.policy_loss
+    monkeypatch.setattr(grpo, "policy_loss", lambda logp, old, adv, mask, **k: seen.append(
+        (logp.detach(), old, k["ref_logp"], mask)) or real(logp, old, adv, mask, **k))
+    sv.engine = FakeEngine() if deepspeed_path else None
+    grpo.grpo_update(sv, rollout, cfg.solver.loss, grad_clip=1.0, backend="torch", temperature=0.5)
+    logp, old, ref, mask = seen[0]
+    m = mask != 0
+    assert m.any()
+    assert logp.shape == want_bt.shape  # one minibatch of every row, in order
+    for got in (logp, old, ref):
+        torch.testing.assert_close(got[m], want_bt[m], atol=1e-5, rtol=1e-5)
+    t1 = torch.log_softmax(logits, -1).gather(-1, rollout.input_ids[:, 1:, None]).squeeze(-1)
+    assert not torch.allclose(logp[m], t1[m], atol=1e-3)  # T = 1 would differ

@@ -1,5 +1,7 @@
 import random
 
+import pytest
+
 from curriculum.envs import Task
 from curriculum.pool import PoolEntry, TaskPool
 
@@ -89,3 +91,21 @@ def test_tasks_that_leave_are_retired_for_replay_and_saved():
     for text in "wxyz":
         pool.retired[text] = entry(text, 0.5)
     assert len({e.task.text for e in pool.replay(3, random.Random(1))}) == 3
+
+
+@pytest.mark.parametrize("fraction,n,fresh,retired,expected", [
+    (0.25, 6, 100, 100, (4, 2)),   # 1.5 rounds up
+    (0.25, 10, 100, 100, (7, 3)),  # 2.5 rounds up too (half-to-even gave 2)
+    (0.35, 10, 100, 100, (6, 4)),  # 3.5 although 0.35 * 10 < 3.5 in floats
+    (0.3, 10, 100, 100, (7, 3)),
+    (0.5, 10, 2, 100, (2, 2)),     # pool short of fresh tasks: the batch shrinks, the share stays
+    (0.25, 8, 3, 100, (3, 1)),
+    (0.5, 10, 100, 3, (7, 3)),     # never more than the retired tasks held
+    (0.0, 10, 100, 100, (10, 0)),
+    (1.0, 4, 0, 100, (0, 4)),
+    (1.0, 4, 0, 2, (0, 2)),
+    (0.5, 10, 0, 100, (0, 0)),
+])
+def test_replay_split_keeps_the_configured_share(fraction, n, fresh, retired, expected):
+    from curriculum.pool import replay_split
+    assert replay_split(fraction, n, fresh, retired) == expected

@@ -259,7 +259,7 @@ def test_bounds_must_lie_beyond_the_clip_range():
 
 
 class FakeEngine:
-    """What engine_update asks of a DeepSpeed engine, doing nothing."""
+    """What grpo_update's EngineStepper asks of a DeepSpeed engine, doing nothing."""
 
     device = torch.device("cpu")
 
@@ -298,3 +298,20 @@ def test_grpo_update_passes_norm_len_to_the_loss_in_both_paths(monkeypatch):
         with pytest.raises(ValueError, match="needs norm_len"):
             grpo.grpo_update(sv, rollout, cfg.solver.loss, grad_clip=1.0, backend="torch")
     assert seen == [6, None, 6, None]
+
+
+def test_kl_is_clamped_as_verl_low_var_kl():
+    """ref - logp = 88 overflows exp in float32 (inf loss); 29 gives k3 ~ 4e12. verl clamps both."""
+    logp = torch.tensor([[-90.0, -30.0, -1.0]], requires_grad=True)
+    ref = torch.tensor([[-2.0, -1.0, -1.2]])
+    mask, adv = torch.ones(1, 3), torch.zeros(1, 3)
+    loss, stats = policy_loss(logp, logp.detach(), adv, mask, kl_coef=1.0, ref_logp=ref, aggregation="token-mean")
+    (g,) = torch.autograd.grad(loss, logp)
+    assert math.isfinite(loss.item()) and torch.isfinite(g).all()
+    small = math.exp(-0.2) + 0.2 - 1  # the third token, inside both bounds, is untouched
+    assert loss.item() == pytest.approx((10.0 + 10.0 + small) / 3, rel=1e-6)
+    assert stats["kl_ref"] == pytest.approx(loss.item(), rel=1e-6)
+    assert g[0, 0] == 0 and g[0, 1] == 0 and g[0, 2] != 0  # the clamps pass no gradient
+    one = torch.tensor([[-30.0]])
+    _, s29 = policy_loss(one, one, torch.zeros(1, 1), torch.ones(1, 1), kl_coef=1.0, ref_logp=torch.tensor([[-1.0]]))
+    assert s29["kl_ref"] <= 10.0

@@ -203,3 +203,12 @@ def test_zero_length_sequences(tk):
     loss, _ = policy_loss(torch.zeros(2, 0, device=DEVICE), torch.zeros(2, 0, device=DEVICE),
                           torch.zeros(2, device=DEVICE), torch.zeros(2, 0, device=DEVICE), backend="triton")
     assert loss.item() == 0.0
+
+
+@kernel_test
+def test_fused_kl_clamps_match_torch(tk):
+    logp, old, adv, mask, ref = loss_batch(6)
+    ref = ref.clone()
+    ref[0, :6] = logp[0, :6] + torch.tensor([88.0, 29.0, 21.0, 3.0, -25.0, 2.5], device=DEVICE)
+    assert_backends_agree(logp, old, adv, mask, clip_low=0.2, clip_high=0.28, kl_coef=0.05, ref_logp=ref,
+                          aggregation="token-mean")

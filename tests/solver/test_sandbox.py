@@ -324,7 +324,7 @@ def test_sysv_ipc_is_refused(box):
 
 def test_environment_is_scrubbed(box):
     res = box.run("import os; print(sorted(os.environ))")
-    assert res.stdout == "['HOME', 'LANG', 'LOGNAME', 'PATH', 'TMPDIR', 'USER']\n"
+    assert res.stdout == "['HOME', 'LANG', 'LOGNAME', 'MALLOC_ARENA_MAX', 'PATH', 'TMPDIR', 'USER']\n"
 
 
 # --------------------------------------------------------------------- pool --
@@ -696,3 +696,28 @@ def test_unprivileged_user_namespace_mode():
         "ok", "timeout", "memory", "ok", "error", "error", "ok"]
     assert out["results"][0][1] == "10\n" and out["results"][3][1] == "alive\n"
     assert out["results"][6][1] == "65534\n"
+
+
+THREADS = '''
+import threading
+from concurrent.futures import ThreadPoolExecutor
+live = threading.Barrier(16)  # all 16 alive at once, each with its own malloc arena in use
+def work(i):
+    live.wait(timeout=20)
+    return len([str(k) * 3 for k in range(5000)]) + i
+ts = [threading.Thread(target=work, args=(i,)) for i in range(16)]
+[t.start() for t in ts]; [t.join() for t in ts]
+live.reset()
+with ThreadPoolExecutor(16) as ex:
+    print(sum(ex.map(work, range(16))))
+'''
+
+
+def test_sixteen_threads_start_under_the_default_memory_limit(box):
+    """At 256 MiB each thread's 8 MiB stack and 64 MiB malloc arena counted against RLIMIT_AS:
+    8 threads did not start. The bound itself stays: 300 MiB is still refused."""
+    r = box.run(THREADS)
+    assert r.status == "ok", r.stderr[-400:]
+    assert r.stdout.strip() == str(16 * 5000 + sum(range(16)))
+    big = box.run("x = bytearray(300 << 20)\nprint(len(x))")
+    assert big.status == "memory" and "MemoryError" in big.stderr

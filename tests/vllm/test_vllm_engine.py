@@ -63,6 +63,14 @@ def _same_as_hf(trainer: SelfPlayTrainer) -> None:
     m = batch.response_mask != 0
     assert m.sum() > 0
     assert torch.allclose(batch.rollout_logprobs[m], logp[m].float(), atol=1e-4)
+    # at T != 1 too: the engine's processed log-probs are the update's, of logits / T
+    hot = engine.generate(role, trainer.tokenizer, prompts, temperature=0.5, seed=3, **kw)
+    batch = pack(hot, [0.0] * len(hot), list(range(len(hot))), trainer.tokenizer.pad_token_id)
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(role.model, batch.input_ids, batch.attention_mask, token_mask=batch.response_mask,
+                                    temperature=0.5)
+    m = batch.response_mask != 0
+    assert torch.allclose(batch.rollout_logprobs[m], logp[m].float(), atol=1e-4)
 
 
 def _metrics(trainer: SelfPlayTrainer) -> list[dict]:

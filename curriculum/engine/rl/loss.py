@@ -4,7 +4,8 @@
 with ``r = exp(logp - old_logp)`` (PPO, Schulman et al., 2017; asymmetric
 "clip-higher" from DAPO, Yu et al., 2025), ``r' = min(r, delta)`` (TRL's ``delta``,
 off by default) and, for ``A < 0``, at most ``-A * clip_ratio_c`` (verl's dual-clip,
-Ye et al., 2020; off by default here, on in the config), reduced to a scalar by one
+Ye et al., 2020; off by default here, on in the config), the k3 term clamped as verl's ``low_var_kl`` (log-ratio to +-20, each token's KL to
+[-10, 10]), reduced to a scalar by one
 of three aggregations. The torch twin is plain autograd; the Triton backend is a
 fused forward (per-row partial sums) and a hand-written fused backward.
 
@@ -19,6 +20,8 @@ import torch
 
 from curriculum.engine.rl._backend import resolve_backend, triton_kernels
 
+KL_LOG_RATIO_CLIP = 20.0  # |ref - logp| bound before exp (verl's low_var_kl)
+KL_TOKEN_CLIP = 10.0  # bound on each token's k3 (verl's low_var_kl)
 AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
@@ -105,8 +108,9 @@ def _policy_loss_torch(logp, old_logp, adv_bt, mask, clip_low, clip_high, clip_r
         loss_bt = torch.where(adv_s < 0, torch.minimum(loss_bt, -adv_s * clip_ratio_c), loss_bt)
     kl_bt = None
     if ref_logp is not None:
-        d_bt = torch.where(valid_bt, ref_logp.to(logp.dtype), zero) - logp_s
-        kl_bt = d_bt.exp() - d_bt - 1.0  # k3 estimator (Schulman, 2020)
+        d_bt = (torch.where(valid_bt, ref_logp.to(logp.dtype), zero) - logp_s).clamp(-KL_LOG_RATIO_CLIP, KL_LOG_RATIO_CLIP)
+        # k3 estimator (Schulman, 2020), clamped as verl's low_var_kl: one far-off token cannot make inf.
+        kl_bt = (d_bt.exp() - d_bt - 1.0).clamp(-KL_TOKEN_CLIP, KL_TOKEN_CLIP)
         if kl_coef != 0:
             loss_bt = loss_bt + kl_coef * kl_bt
     loss = aggregate(loss_bt, mask, aggregation, norm_len)
@@ -176,7 +180,8 @@ def policy_loss(
         delta: TRL's upper bound on the unclipped ratio, ``r -> min(r, delta)`` (> 1 + clip_high);
             0 = off.
         ref_logp: [B, T] reference-policy log-probs, required when ``kl_coef > 0``;
-            the KL is the k3 estimator ``exp(ref - logp) - (ref - logp) - 1``.
+            the KL is the k3 estimator ``exp(d) - d - 1`` of ``d = ref - logp``, ``d`` clamped to
+            +-20 and each token's KL to [-10, 10] (verl's ``low_var_kl``).
         aggregation: ``token-mean`` | ``seq-mean-token-mean`` | ``seq-mean-token-sum-norm``.
         backend: ``auto`` | ``torch`` | ``triton``.
         norm_len: the constant of ``seq-mean-token-sum-norm``, required with it (the role's

@@ -96,6 +96,7 @@ def packed_logprobs(
     vocab_chunk_size: int = 16384,
     backend: str = "auto",
     overhead: int = BUCKET_OVERHEAD_TOKENS,
+    temperature: float = 1.0,
 ):
     """``sequence_logprobs(model, input_ids, attention_mask, token_mask=token_mask, ...)`` without padding waste.
 
@@ -105,6 +106,7 @@ def packed_logprobs(
         token_mask: [B, T-1]; nonzero where a log-prob is wanted (``Rollout.response_mask``: any
             0/1 or weight pattern inside a completion is honoured). Other positions are 0.
         overhead: ``length_buckets``' price of one more micro-batch, in tokens.
+        temperature: logits are divided by it, as the sampler did (verl's ``logits / temperature``).
 
     Returns:
         logp_bt [B, T-1] fp32 and entropy_bt [B, T-1] fp32 (or None), as ``sequence_logprobs``.
@@ -117,14 +119,16 @@ def packed_logprobs(
     right_padded = bool((attention_mask != 0).eq(torch.arange(T, device=input_ids.device) < lengths[:, None]).all())
     if api is None or not right_padded or not _plain_full_attention(parts[0].config):
         return sequence_logprobs(model, input_ids, attention_mask, token_mask=sel_bt, with_entropy=with_entropy,
-                                 chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, backend=backend)
+                                 chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, backend=backend,
+                                 temperature=temperature)
     _, decoder, head, scale = parts
     DynamicCache, cache_kw = api
     device = input_ids.device
     rows = sel_bt.any(1).nonzero().squeeze(1).tolist()
     if not rows:
         return sequence_logprobs(model, input_ids, attention_mask, token_mask=sel_bt, with_entropy=with_entropy,
-                                 chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, backend=backend)
+                                 chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size, backend=backend,
+                                 temperature=temperature)
     asked = sel_bt.int()
     first = asked.argmax(1).tolist()  # first asked position of each row
     last = (T - 2 - asked.flip(1).argmax(1)).tolist()  # last asked position
@@ -180,7 +184,7 @@ def packed_logprobs(
         where_t.append(t_pick)
 
     # 3. One pass of the head over every asked position.
-    logp_m, ent_m = head_logprobs(torch.cat(hs), torch.cat(targets), head, scale, with_entropy=with_entropy,
+    logp_m, ent_m = head_logprobs(torch.cat(hs), torch.cat(targets), head, scale / float(temperature), with_entropy=with_entropy,
                                   chunk_size=chunk_size, vocab_chunk_size=vocab_chunk_size)
     at = (torch.cat(where_b), torch.cat(where_t))
     logp_bt = logp_m.new_zeros(B, T - 1).index_put(at, logp_m)

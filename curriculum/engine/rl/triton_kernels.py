@@ -223,8 +223,8 @@ def _pg_fwd_kernel(
         loss = tl.where(a < 0.0, tl.minimum(loss, -a * clip_c), loss)  # verl's dual-clip (inf = off)
         if HAS_REF:
             rl = _load_row(ref_ptr, b, s_rb, offs, s_rt, ok, valid)
-            d = rl - lp
-            kl = tl.exp(d) - d - 1.0  # k3 (Schulman, 2020)
+            d = tl.minimum(tl.maximum(rl - lp, -20.0), 20.0)  # clamps as verl's low_var_kl (loss.py)
+            kl = tl.minimum(tl.exp(d) - d - 1.0, 10.0)  # k3 (Schulman, 2020) >= 0: the -10 bound never binds
             loss += kl_coef * kl
             acc_kl += m * kl
         acc_loss += m * loss
@@ -266,7 +266,10 @@ def _pg_bwd_kernel(
     g = tl.where(cut, 0.0, -a * ratio)
     if HAS_REF:
         rl = _load_row(ref_ptr, b, s_rb, offs, s_rt, ok, valid)
-        g += kl_coef * (1.0 - tl.exp(rl - lp))  # d/dlogp of k3
+        d = rl - lp
+        dc = tl.minimum(tl.maximum(d, -20.0), 20.0)
+        live = (d >= -20.0) & (d <= 20.0) & (tl.exp(dc) - dc - 1.0 <= 10.0)  # clamps pass no gradient
+        g += tl.where(live, kl_coef * (1.0 - tl.exp(dc)), 0.0)  # d/dlogp of k3
     scale = tl.load(scale_ptr + b)
     g = tl.where(valid, g * m * scale, 0.0)
     tl.store(grad_ptr + b * s_gb + offs * s_gt, g.to(grad_ptr.dtype.element_ty), mask=ok)
