@@ -35,6 +35,7 @@ examples:
   selfplay eval runs/try
   selfplay export runs/try --out models/try-solver
   selfplay dashboard runs/try --serve
+  selfplay model get smollm2-135m-instruct
 
 `selfplay COMMAND --help` describes a command's arguments.
 """
@@ -218,6 +219,13 @@ def _keys(args) -> int:
     return 0
 
 
+def _model(args) -> int:
+    from curriculum.models import get_model
+
+    print(get_model(args.name))  # the last line: `model.path=$(selfplay model get NAME | tail -1)`
+    return 0
+
+
 def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.rounds=4")
     p.add_argument("--run-dir", help="same as run.dir=...")
@@ -264,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("config-keys", help="every config key with its type, default and meaning")
     k.add_argument("--plain", action="store_true", help="tab-separated key, type, default, meaning; no header")
     k.set_defaults(fn=_keys)
+    m = sub.add_parser("model", help="get a known pretrained model: `model get smollm2-135m-instruct` prints its directory")
+    m.add_argument("action", choices=["get"])
+    m.add_argument("name", metavar="NAME", help="smollm2-135m-instruct")
+    m.set_defaults(fn=_model)
     return p
 
 

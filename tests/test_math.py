@@ -33,6 +33,19 @@ def test_proposals_are_questions_in_tags_without_an_answer():
     assert env.parse_proposal(env.format_proposal(task)) == task
 
 
+def test_worked_examples_are_earlier_chat_turns_in_the_proposal_format():
+    env = make_env("math", examples=2)
+    messages = env.challenger_prompt()
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user", "assistant", "user"]
+    shots = [env.parse_proposal(m["content"]) for m in messages if m["role"] == "assistant"]
+    assert len({t.text for t in shots}) == 2  # each shot parses as a valid, distinct proposal
+    rendered = render_prompt(qwen_tokenizer(), messages, "chat")
+    assert rendered.count("</question>") == 3 and rendered.rstrip().endswith("assistant")
+    assert "expert competition-math" in make_env("math").challenger_prompt()[0]["content"]  # default: R-Zero's
+    with pytest.raises(ValueError, match="examples <= 4"):
+        make_env("math", examples=5)
+
+
 def test_generated_word_problems_have_exact_answers():
     env = make_env("math", num_levels=4)
     rng = random.Random(0)

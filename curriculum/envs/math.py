@@ -36,6 +36,20 @@ CHALLENGER_SYSTEM = (
     "Do not give the answer or a solution."
 )
 CHALLENGER_USER = "Write one new, challenging question now, in the format above."
+# For small instruct models (SmolLM2-135M ignored the R-Zero prompt: 0 of 16 proposals had the tags):
+# a short instruction and worked examples of the format as earlier chat turns (``examples=K``).
+SHORT_CHALLENGER_SYSTEM = ("You write short math word problems with one number as the answer. Reply with one "
+                           "problem between <question> and </question>, and do not give the answer.")
+SHORT_CHALLENGER_USER = "Write one new math problem."
+WORKED_EXAMPLES = [
+    "Mia has 12 apples. She gives 5 apples to her friend. How many apples does Mia have now?",
+    "A box holds 6 pencils. How many pencils are in 4 boxes?",
+    "Tom reads 15 pages a day. How many pages does he read in 3 days?",
+    "A rope is 20 meters long. It is cut into 4 equal pieces. How long is each piece?",
+]
+# ... and for the solver, one worked answer that ends in \\boxed{} (unprompted, SmolLM2 never boxes).
+SOLVER_EXAMPLE = ("Sam has 7 marbles. Then Sam gets 5 more marbles. How many marbles does Sam have now?",
+                  "Sam starts with 7 marbles and gets 5 more: 7 + 5 = 12.\n\\boxed{12}")
 SOLVER_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 
 _QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL)
@@ -50,13 +64,21 @@ class Math:
 
     needs_pretrained_model = True  # natural-language prompts: config validation asks for model.path
 
-    def __init__(self, num_levels: int = 4, max_question_chars: int = 2000):
+    def __init__(self, num_levels: int = 4, max_question_chars: int = 2000, examples: int = 0):
         self.num_levels = int_kwarg("math", "num_levels", num_levels, 1, 16)
         self.max_question_chars = int_kwarg("math", "max_question_chars", max_question_chars, 16, 16384)
+        # 0: R-Zero's prompt; K: the short prompt with K worked examples of the format
+        self.examples = int_kwarg("math", "examples", examples, 0, len(WORKED_EXAMPLES))
 
     # ------------------------------------------------------------ challenger
 
     def challenger_prompt(self) -> list[dict]:
+        if self.examples:
+            shots = [[{"role": "user", "content": SHORT_CHALLENGER_USER},
+                      {"role": "assistant", "content": self.format_proposal(Task(text=q, answer="", level=1))}]
+                     for q in WORKED_EXAMPLES[:self.examples]]
+            return [{"role": "system", "content": SHORT_CHALLENGER_SYSTEM}, *sum(shots, []),
+                    {"role": "user", "content": SHORT_CHALLENGER_USER}]
         return [{"role": "system", "content": CHALLENGER_SYSTEM}, {"role": "user", "content": CHALLENGER_USER}]
 
     def parse_proposal(self, text: str) -> Task:
@@ -82,7 +104,9 @@ class Math:
     # ------------------------------------------------------------ solver
 
     def solver_prompt(self, task: Task) -> list[dict]:
-        return [{"role": "system", "content": SOLVER_SYSTEM}, {"role": "user", "content": task.text}]
+        shot = [{"role": "user", "content": SOLVER_EXAMPLE[0]},
+                {"role": "assistant", "content": SOLVER_EXAMPLE[1]}] if self.examples else []
+        return [{"role": "system", "content": SOLVER_SYSTEM}, *shot, {"role": "user", "content": task.text}]
 
     def format_answer(self, task: Task) -> str:
         return f"\\boxed{{{task.answer}}}"
