@@ -114,11 +114,22 @@ class TaskPool:
         self.retired: dict[str, PoolEntry] = {}
 
     def _retire(self, text: str) -> None:
-        entry = self.entries.pop(text)
-        self.retired.pop(text, None)
-        self.retired[text] = entry
+        self._keep(self.entries.pop(text))
+
+    def _keep(self, entry: PoolEntry) -> None:
+        self.retired.pop(entry.task.text, None)
+        self.retired[entry.task.text] = entry
         while len(self.retired) > self.capacity:
             self.retired.pop(self._evictee())
+
+    def keep_mastered(self, entry: PoolEntry) -> bool:
+        """A proposal solved above the band when probed: never in the pool, but kept for replay, so the
+        levels below the band are replayed too (the pool itself holds only the band). False if the pool
+        holds it."""
+        if entry.task.text in self.entries:
+            return False
+        self._keep(entry)
+        return True
 
     def _evictee(self) -> str:
         """The retired task to drop: the oldest, or with ``by_level`` the oldest of the most-held level."""

@@ -365,6 +365,7 @@ class SelfPlayTrainer:
         """
         cc = self.cfg.curriculum
         proposals, accepted, added, checks = [], [], [], {}
+        replay, mastered = cc.replay_fraction > 0, 0  # proposals above the band kept for replay
         for b in range(cc.fill_max_batches):
             if b and len(self.pool) >= self.cfg.solver.batch_prompts:
                 break
@@ -375,6 +376,9 @@ class SelfPlayTrainer:
                 accepted.append(ok)
                 if ok and self.pool.add(PoolEntry(self._labelled(p), p.solve_rate, r, p.completion.text)):
                     added.append(p)
+                elif (replay and p.valid and p.solve_rate > cc.band_high and p.task.text not in self.held_out
+                      and self.pool.keep_mastered(PoolEntry(self._labelled(p), p.solve_rate, r, p.completion.text))):
+                    mastered += 1
             proposals += batch
         if not any(p.valid for p in proposals):
             reasons = rejection_reasons(proposals).most_common(3)
@@ -392,6 +396,7 @@ class SelfPlayTrainer:
             "curriculum/proposals": len(proposals),
             "curriculum/valid_fraction": sum(p.valid for p in proposals) / max(1, len(proposals)),
             "curriculum/accepted": len(added),
+            "curriculum/mastered_kept": mastered,
             "curriculum/accepted_fraction": len(added) / max(1, len(proposals)),
             "curriculum/held_out_collisions": sum(p.valid and p.task.text in self.held_out for p in proposals),
             "curriculum/pool_size": len(self.pool),

@@ -297,7 +297,8 @@ class CurriculumConfig:
     sampler: str = key("frontier", doc="How the solver's batches are drawn from the pool: frontier or uniform.")
     replay_fraction: float = key(0.0, _FRACTION,
                                  doc="selfplay: share of each solver batch replayed from the challenger's past tasks "
-                                     "that left the pool (aged out or mastered), so training on the frontier alone does "
+                                     "that left the pool (aged out or mastered) or were probed above the band (kept, "
+                                     "never pooled), so training on the frontier alone does "
                                      "not forget what lies below it. The count is rounded half up; a pool short of fresh tasks "
                                      "shrinks the batch, not the share.")
     replay_by_level: bool = key(False,

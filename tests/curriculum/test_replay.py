@@ -75,3 +75,26 @@ def test_a_round_without_one_valid_proposal_is_named(tiny_overrides, monkeypatch
             trainer.fill_pool(2)
         warning = [r.getMessage() for r in caplog.records if "fill proposals was valid" in r.getMessage()]
         assert len(warning) == 1 and "challenger.optim.warmup_steps" in warning[0]
+
+
+def test_proposals_solved_above_the_band_are_kept_for_replay(tiny_overrides, monkeypatch):
+    def solved(trainer):
+        parse, count = trainer.env.parse_proposal, iter(range(10**6))
+        monkeypatch.setattr(trainer.env, "parse_proposal", lambda text: parse(f"1+{next(count) % 9}"))  # all valid
+
+        def probe(proposals, *args):
+            for p in proposals:
+                p.solve_rate = 1.0  # every probe right: above band_high
+            return {}
+        monkeypatch.setattr(trainer, "probe", probe)
+
+    for fraction, kept in ((0.5, True), (0.0, False)):
+        with demo_trainer(tiny_overrides, "curriculum.fill_proposals=8", "curriculum.band_high=0.8",
+                          f"curriculum.replay_fraction={fraction}") as trainer:
+            solved(trainer)
+            trainer.fill_pool(1)
+            assert len(trainer.pool) == 0
+            trainable = {f"1+{i}" for i in range(9) if f"1+{i}" not in trainer.held_out}  # never a held-out task
+            assert set(trainer.pool.retired) <= trainable and len(trainer.pool.retired) >= (4 if kept else 0)
+            assert kept or not trainer.pool.retired
+            assert all(e.solve_rate == 1.0 for e in trainer.pool.retired.values())

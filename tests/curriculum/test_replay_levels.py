@@ -40,3 +40,15 @@ def test_uniform_replay_is_unchanged():
     retire_all(pool, EARLY + LATE)
     rng, again = random.Random(3), random.Random(3)
     assert pool.replay(4, rng) == again.sample(list(pool.retired.values()), 4)
+
+
+def test_proposals_above_the_band_are_kept_for_replay_but_never_join_the_pool():
+    pool = TaskPool(4, 5, by_level=True)
+    pool.add(PoolEntry(Task("p", "0", 3), 0.5, 1, "p"))
+    assert not pool.keep_mastered(PoolEntry(Task("p", "0", 3), 1.0, 1, "p"))  # in the band now: stays in the pool
+    for i in range(6):
+        assert pool.keep_mastered(PoolEntry(Task(f"m{i}", "0", 1), 1.0, 1, f"m{i}"))
+    assert list(pool.entries) == ["p"] and "p" not in pool.retired
+    assert len(pool.retired) == 4 and {e.task.level for e in pool.retired.values()} == {1}
+    retire_all(pool, [("l0", 3), ("l1", 3)])  # later levels retire: level 1 keeps its share
+    assert sorted(e.task.level for e in pool.replay(4, random.Random(0))) == [1, 1, 3, 3]
