@@ -23,61 +23,36 @@ import random
 import re
 import string
 
-from curriculum.envs.base import InvalidProposal, Task
-from curriculum.envs.registry import int_kwarg, register_env
+from curriculum.envs.base import Task
+from curriculum.envs.ladder import Ladder
+from curriculum.envs.registry import register_env
 
 HINTS = string.ascii_lowercase + string.ascii_uppercase
 MAX_LEVELS = len(HINTS) - 1  # k+1 digits need k+1 distinct hints
-_DIGITS = re.compile(r"[0-9]+")  # ASCII only: \d admits any script's digits
 _HINTED = re.compile(r"(?:[A-Za-z][0-9])+")
 
 
 @register_env("hinted_ladder")
-class HintedLadder:
-    """Running sums mod 10 from the left behind index hints; level k = k additions (k+1 digits)."""
+class HintedLadder(Ladder):
+    """Running sums mod 10 from the left behind index hints; level k = k additions (k+1 digits).
+
+    Proposals, their parsing and the exact-match grading are the plain ladder's."""
+
+    env_name, max_levels = "hinted_ladder", MAX_LEVELS
 
     def __init__(self, num_levels: int = 24):
-        self.num_levels = int_kwarg("hinted_ladder", "num_levels", num_levels, 1, MAX_LEVELS)
+        super().__init__(num_levels)
 
-    def challenger_prompt(self) -> str:
-        return "L:"
-
-    def parse_proposal(self, text: str) -> Task:
-        digits = text.strip()
-        if not digits:
-            raise InvalidProposal("empty")
-        if not _DIGITS.fullmatch(digits):
-            raise InvalidProposal("grammar")
-        level = len(digits) - 1
-        if level < 1:
-            raise InvalidProposal("too_short")
-        if level > self.num_levels:
-            raise InvalidProposal(f"too_long:{level}>{self.num_levels}")
-        return Task(text=digits, answer=hinted(digits, running_sums(digits)), level=level)
-
-    def format_proposal(self, task: Task) -> str:
-        return task.text
+    def answer(self, digits: str) -> str:
+        return hinted(digits, running_sums(digits))
 
     def solver_prompt(self, task: Task) -> str:
         return spaced(task.text) + "="
-
-    def format_answer(self, task: Task) -> str:
-        return task.answer
-
-    def score(self, task: Task, completion: str) -> float:
-        """1 for exactly the hinted chain of running sums (surrounding whitespace aside), else 0."""
-        return float(completion.strip() == task.answer)
 
     def extract_answer(self, completion: str) -> str | None:
         """The hinted chain written (for majority votes: ``curriculum.pseudo_labels``); None if anything else."""
         answer = completion.strip()
         return answer if _HINTED.fullmatch(answer) else None
-
-    def same_answer(self, a: str, b: str) -> bool:
-        return a == b
-
-    def sample_task(self, level: int, rng: random.Random) -> Task:
-        return self.parse_proposal("".join(str(rng.randrange(10)) for _ in range(level + 1)))
 
 
 def hints(digits: str) -> list[str]:

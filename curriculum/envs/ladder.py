@@ -23,10 +23,15 @@ MAX_LEVELS = 64
 
 @register_env("ladder")
 class Ladder:
-    """Running sums mod 10 from the right; level k = k additions (k+1 digits)."""
+    """Running sums mod 10 from the right; level k = k additions (k+1 digits).
+
+    Its variants (``hinted_ladder``) keep the proposal format and grading and change ``answer`` and
+    the solver's view."""
+
+    env_name, max_levels = "ladder", MAX_LEVELS  # for kwarg errors, and the longest task
 
     def __init__(self, num_levels: int = 16):
-        self.num_levels = int_kwarg("ladder", "num_levels", num_levels, 1, MAX_LEVELS)
+        self.num_levels = int_kwarg(self.env_name, "num_levels", num_levels, 1, self.max_levels)
 
     def challenger_prompt(self) -> str:
         return "L:"
@@ -42,7 +47,10 @@ class Ladder:
             raise InvalidProposal("too_short")
         if level > self.num_levels:
             raise InvalidProposal(f"too_long:{level}>{self.num_levels}")
-        return Task(text=digits, answer=running_sums(digits), level=level)
+        return Task(text=digits, answer=self.answer(digits), level=level)
+
+    def answer(self, digits: str) -> str:
+        return running_sums(digits)
 
     def format_proposal(self, task: Task) -> str:
         return task.text

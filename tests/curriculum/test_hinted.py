@@ -43,18 +43,6 @@ def test_level_k_answer_extends_level_k_minus_1_step_by_step():
         assert sums[-1] == str((int(sums[-2]) + int(t.text[-1])) % 10)
 
 
-GARBAGE = ["", " ", "\n", "7", "12a", "1 2", "-12", "+12", "1.2", "１２", "٣٤", "12\n34", "0x12", "1e5",
-           "9" * 18, "\x00\x01", "abc", "12=3", "\ud800", "a4b3"]
-
-
-@pytest.mark.parametrize("text", GARBAGE)
-def test_parser_rejects_garbage_with_a_reason(text):
-    env = make_env("hinted_ladder", num_levels=16)
-    with pytest.raises(InvalidProposal) as err:
-        env.parse_proposal(text)
-    assert str(err.value).split(":")[0] in {"empty", "grammar", "too_short", "too_long"}
-
-
 def test_parse_accepts_surrounding_whitespace_and_counts_levels():
     env = make_env("hinted_ladder", num_levels=4)
     assert env.parse_proposal(" 4937\n") == Task("4937", hinted("4937", "4363"), 3)

@@ -24,12 +24,13 @@ def test_level_k_answer_extends_level_k_minus_1():
 
 
 GARBAGE = ["", " ", "\n", "7", "12a", "1 2", "-12", "+12", "1.2", "１２", "٣٤", "12\n34", "0x12", "1e5",
-           "9" * 18, "\x00\x01", "abc", "12=3", "\ud800"]
+           "9" * 18, "\x00\x01", "abc", "12=3", "\ud800", "a4b3"]
 
 
+@pytest.mark.parametrize("name", ["ladder", "hinted_ladder"])  # the hinted ladder parses proposals as the plain one
 @pytest.mark.parametrize("text", GARBAGE)
-def test_parser_rejects_garbage_with_a_reason(text):
-    env = make_env("ladder", num_levels=16)
+def test_parser_rejects_garbage_with_a_reason(text, name):
+    env = make_env(name, num_levels=16)
     with pytest.raises(InvalidProposal) as err:
         env.parse_proposal(text)
     assert str(err.value).split(":")[0] in {"empty", "grammar", "too_short", "too_long"}
