@@ -19,7 +19,8 @@ from curriculum.engine.prompts import resolve_style
 from curriculum.engine.rollout import HFEngine
 from curriculum.engine.tools import generate_with_tools
 from curriculum.errors import ConfigError, DamagedCheckpoint
-from curriculum.rollouts import make_engine, make_tools
+from curriculum.engine.distributed import run_sharded
+from curriculum.rollouts import derive_seed, make_engine, make_tools
 from curriculum.rundir import RunDir
 from challenger.role import Challenger
 from solver.role import Attempt, Solver
@@ -121,6 +122,24 @@ def evaluate_solver(role, tokenizer, env, tasks: list[Task], eval_cfg, batch_siz
                                style=style, engine=engine, **kw)
         report.update(accuracy_report(tasks, scores, prefix))
     report["eval/frontier_level"] = frontier_level(report, passes(eval_cfg)[-1][0])
+    return report
+
+
+def evaluate_ranks(cfg, dist, role, tokenizer, env, tasks: list[Task], tools, style: str, engine) -> dict[str, float]:
+    """``evaluate_solver`` during training: the tasks split over the ranks, the scores gathered on every rank.
+    Greedy scores do not depend on the split; sampled ones are seeded per rank, so their stream differs
+    from one process's."""
+    ec, report = cfg.eval, {}
+    for prefix, k, temperature, kw in tool_passes(cfg, tools):
+
+        def work(part: list[Task], seed: int, k=k, temperature=temperature, kw=kw) -> list[list[float]]:
+            return solver_scores(role, tokenizer, env, part, k=k, temperature=temperature, max_new_tokens=ec.max_new_tokens,
+                                 batch_size=cfg.solver.sampling.batch_size, seed=seed, style=style, engine=engine, **kw)
+
+        seed = derive_seed(ec.seed, "rank", dist.rank) if temperature > 0 and dist.world > 1 else ec.seed
+        scores = run_sharded(dist, [[t] for t in tasks], work, lambda u: seed, per_unit=False)
+        report.update(accuracy_report(tasks, scores, prefix))
+    report["eval/frontier_level"] = frontier_level(report, passes(ec)[-1][0])
     return report
 
 

@@ -327,3 +327,14 @@ def timeline(rows: Rows) -> dict[str, list[int]]:
             if k.startswith("health/") and name in ALARMS and v == 1:
                 out.setdefault(name, []).append(r)
     return out
+
+
+def check_and_report(rows: Rows, r: int, cfg, monitor) -> str:
+    """The trainer's health step, on the rank that writes: round ``r`` checked (``check``), WARN lines, an
+    alert per alarm that started, the health/* metrics logged. Returns the stop reason ("" to go on)."""
+    report = check(rows, r, context(cfg), cfg.health.stop_on)
+    log_report(report, r)
+    for name in report.started:
+        monitor.alert(f"health: {name}", f"round {r}: {report.active[name].text}")
+    monitor.log(report.metrics() | ({"health/stop_reason": report.stop} if report.stop else {}), round=r, phase="health")
+    return report.stop

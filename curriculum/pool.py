@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 import torch
 
 from curriculum.envs.base import Task
+from curriculum.errors import ConfigError
 
 
 @dataclass
@@ -210,9 +211,33 @@ class TaskPool:
                     picked.append(q.pop())
         return picked
 
+    def references(self, k: int, kind: str, sampler: str, rng: random.Random,
+                   generate: Callable[[], Task]) -> list[Task]:
+        """``k`` reference tasks of type ``kind`` for a challenger prompt: drawn from the pool with ``sampler``
+        (``curriculum.reference_sampler``); while it has none, the newest retired ones (an emptied pool is not
+        a solver back at level 1); before anything was accepted, ``generate()``'s tasks."""
+        entries = [e for e in self.entries.values() if e.task.kind == kind]
+        if entries and sampler == "uniform":
+            return [e.task for e in rng.sample(entries, min(k, len(entries)))]
+        if entries:
+            return [e.task for e in weighted_without_replacement(entries, SAMPLERS[sampler](entries), k, rng)]
+        retired = [e.task for e in self.retired.values() if e.task.kind == kind]
+        if retired:
+            return retired[-k:]
+        return [generate() for _ in range(k)]
+
     def state_dict(self) -> dict:
         return {"entries": [e.to_dict() for e in self.entries.values()],
                 "retired": [e.to_dict() for e in self.retired.values()]}
+
+    def load(self, state: dict, where) -> None:
+        """``load_state_dict`` of a checkpoint's pool.json at ``where``; a pool this code cannot have written
+        is a ConfigError naming the way out."""
+        try:
+            self.load_state_dict(state)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"{where} holds a pool this run cannot have written ({exc}); "
+                              "move that checkpoint aside to resume from the one before") from exc
 
     def load_state_dict(self, state: dict) -> None:
         self.entries, self.retired = {}, {}
@@ -247,3 +272,12 @@ def replay_split(fraction: float, n: int, fresh_available: int, retired_availabl
     if fresh < n - replayed and fraction < 1:
         replayed = min(replayed, half_up(fraction * fresh / (1 - fraction)))
     return fresh, replayed
+
+
+def group_kinds(task_types: Sequence[str], groups: int, rng: random.Random) -> list[str]:
+    """The task type each challenger group asks for: the environment's types in turn from a random one
+    (Absolute Zero proposes every type each step); "" for an environment without types."""
+    if not task_types:
+        return [""] * groups
+    first = rng.randrange(len(task_types))
+    return [task_types[(first + i) % len(task_types)] for i in range(groups)]

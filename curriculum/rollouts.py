@@ -72,6 +72,7 @@ class Rollouts:
         self.role_tools = {r: make_tools(getattr(cfg, r)) for r in ROLES}
         self.tools = self.role_tools["solver"]  # the solver's: eval and the solver's metrics use them
         self.sandbox_s = 0.0  # seconds the rollouts of both roles waited on tool calls (the trainer resets it)
+        self._env_counts: dict[str, float] = {}  # the environment's counters at the last env_stats call
 
     def propose(self, prompts: list[str], parts: tuple, desc: str, kinds: list[str] | None = None) -> list[Proposal]:
         """One proposal per prompt (G repeats of a prompt form a group), parsed by the environment as a task of
@@ -104,6 +105,24 @@ class Rollouts:
             return {}
         attempts = self.attempt(tasks, m, parts, desc="probe", temperature=self.cfg.curriculum.probe_temperature)
         return {t.text: attempts[i * m : (i + 1) * m] for i, t in enumerate(tasks)}
+
+    def env_stats(self) -> dict[str, float]:
+        """How much the environment's counters (``env.stats()``: sandbox executions, ...) grew since the last
+        call, summed over the ranks. Results an environment caches are not run again, so a resumed run may
+        count more than an uninterrupted one."""
+        env = self.solver.env
+        now = env.stats() if hasattr(env, "stats") else {}
+        if self.dist.world > 1:
+            parts = self.dist.all_gather_object(now)
+            now = {k: sum(p.get(k, 0) for p in parts) for k in now}
+        delta = {k: v - self._env_counts.get(k, 0) for k, v in now.items()}
+        self._env_counts = now
+        return delta
+
+    def round_stats(self) -> dict[str, float]:
+        """The round's line of rollout costs: tokens so far, the environment's counters, time in tools."""
+        tools = any(t is not None for t in self.role_tools.values())
+        return {**({"time/sandbox_s": self.sandbox_s} if tools else {}), **self.token_stats(), **self.env_stats()}
 
     def token_stats(self) -> dict[str, int]:
         return {f"{name}/generated_tokens": n for name, n in self.tokens.items()}

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import random
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +24,9 @@ from curriculum.config import Config, diff_keys, is_resumable, load_config
 from curriculum.engine.distributed import full_parameters
 from curriculum.engine.policy import load_role_weights, read_role_weights, save_base, save_role
 from curriculum.errors import ConfigError, DamagedCheckpoint  # noqa: F401 - runstate.DamagedCheckpoint
+from curriculum.rundir import RunDir, RunLock, claim
+
+log = logging.getLogger("selfplay")
 
 
 def checkpoint_name(round: int, stage: int) -> str:
@@ -169,3 +174,69 @@ def check_in_sync(dist, print_: str, where: str) -> None:
     prints = dist.all_gather_object(print_)
     if len(set(prints)) > 1:
         raise RuntimeError(f"ranks out of sync at {where}: " + ", ".join(f"rank {i}: {p[:12]}" for i, p in enumerate(prints)))
+
+
+def _on_main(dist, fn):
+    """``fn()`` on rank 0; a ConfigError it raises is raised on every rank, so a refusal stops them all."""
+    out, error = None, None
+    if dist.is_main:
+        try:
+            out = fn()
+        except ConfigError as exc:
+            error = str(exc)
+    error = dist.broadcast_object(error)
+    if error is not None:
+        raise ConfigError(error)
+    return out
+
+
+def open_run(dist, rundir: RunDir, cfg: Config, resume: bool, config_text: str) -> RunLock | None:
+    """Rank 0 claims the run directory (``rundir.claim``), then refuses now what would stop the run later,
+    before a model is built: a config edit the checkpoint cannot take, a checkpoints/ that cannot be
+    written. Returns the lock (None on the other ranks)."""
+    def check() -> None:
+        ckpts = rundir.checkpoints
+        if resume and (path := rundir.checkpoint_manager().latest()) is not None:
+            check_config(path, cfg)
+        try:
+            ckpts.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=ckpts):  # what a checkpoint write needs
+                pass
+        except OSError as exc:
+            raise ConfigError(f"cannot write checkpoints to {ckpts} ({exc.strerror or exc}); make it writable "
+                              "or choose another run.dir") from exc
+
+    lock = _on_main(dist, lambda: claim(rundir, resume, config_text))
+    try:
+        _on_main(dist, check)
+    except ConfigError:
+        if lock is not None:
+            lock.release()
+        raise
+    return lock
+
+
+def restore(ckpt: CheckpointManager, dist, roles: dict, cfg: Config, names: list[str]) -> tuple[Path, dict]:
+    """Load the newest checkpoint every file of which loads into ``roles`` (rank 0 chooses, checking each
+    before anything changes; the other ranks read the one it chose). Returns its path and what was read:
+    ``{"state": ..., "files": {name: content}}``."""
+    path = loaded = damaged = None
+    if dist.is_main:
+        for candidate in ckpt.intact():
+            try:
+                loaded = read(candidate, roles, names)
+            except DamagedCheckpoint as exc:
+                log.warning("skipping checkpoint %s: %s", candidate, exc)
+                damaged = damaged or exc
+                continue
+            path = candidate
+            break
+    path = dist.broadcast_object(path)
+    if path is None:
+        raise damaged if damaged is not None else FileNotFoundError(f"no complete checkpoint under {ckpt.dir}")
+    log.info("resuming from %s", path)
+    check_config(path, cfg)
+    if loaded is None:
+        loaded = read(path, roles, names)
+    apply(path, loaded, roles)
+    return path, loaded

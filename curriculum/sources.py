@@ -1,19 +1,26 @@
-"""Where the solver's tasks come from when no challenger proposes them (``curriculum.mode``).
+"""Where the solver's tasks come from: one task source per ``curriculum.mode``, chosen once.
 
+- ``selfplay``: the task pool the challenger fills (``PoolSource``), with replay of retired tasks;
 - ``uniform``: the environment's generator, a level drawn uniformly per task;
-- ``uniform_filtered``: the same draws; the trainer drops groups with no signal and refills (DAPO);
+- ``uniform_filtered``: the same draws; groups with no signal are dropped and drawn again (DAPO);
 - ``adaptive``: levels drawn with weight ``p(1 - p) + floor``, where p is a running estimate of
   the solver's solve rate at that level, updated from every solver step's groups.
 
-``selfplay`` draws from the task pool instead (``curriculum.pool``).
+A new mode is one ``TaskSource`` subclass and a line in ``make_source``.
 """
 from __future__ import annotations
 
+import logging
 import random
 from collections import defaultdict
 from typing import Sequence
 
+from curriculum import metrics as M
 from curriculum.envs import Environment, Task
+from curriculum.pool import TaskPool, replay_split
+from solver.role import Attempt, has_signal
+
+log = logging.getLogger("selfplay")
 
 # Weight of the newest step in the running per-level solve rate (an exponential moving average).
 EMA = 0.3
@@ -65,3 +72,101 @@ class LevelSampler:
 
     def load_state_dict(self, state: dict) -> None:
         self.rates = {int(k): float(v) for k, v in state.get("rates", {}).items()}
+
+
+class TaskSource:
+    """A solver step's tasks. The trainer draws ``batch`` up to ``draws`` times a step, keeps the groups
+    ``keep`` accepts, then reports their solve rates to ``observe``; the state is checkpointed."""
+
+    proposes = False  # whether the round has challenger phases that feed this source
+    draws = 1
+
+    def new_round(self, r: int) -> None:
+        pass
+
+    def batch(self, n: int, rng: random.Random) -> list[Task]:
+        raise NotImplementedError
+
+    def keep(self, group: list[Attempt]) -> bool:
+        return True
+
+    def observe(self, tasks: Sequence[Task], rates: Sequence[float]) -> None:
+        pass
+
+    def stats(self, distinct: int, n: int) -> dict[str, float]:
+        """Metrics of the step that trained on ``distinct`` distinct tasks of a batch of ``n``."""
+        return {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class GeneratorSource(TaskSource):
+    """The environment's generator (never a held-out task): uniform, filtered (``filter_draws`` > 1 keeps
+    only groups with signal, DAPO) or adaptive levels."""
+
+    def __init__(self, levels: LevelSampler, held_out: set[str], filter_draws: int = 0):
+        self.levels, self.held_out = levels, held_out
+        self.draws = max(1, filter_draws)
+        self.filtered = filter_draws > 0
+
+    def batch(self, n: int, rng: random.Random) -> list[Task]:
+        return self.levels.draw(n, rng, self.held_out)
+
+    def keep(self, group: list[Attempt]) -> bool:
+        return not self.filtered or has_signal(group)
+
+    def observe(self, tasks: Sequence[Task], rates: Sequence[float]) -> None:
+        self.levels.observe(tasks, rates)
+
+    def state_dict(self) -> dict:
+        return self.levels.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.levels.load_state_dict(state)
+
+
+class PoolSource(TaskSource):
+    """Self-play: ``replay_fraction`` of each batch replayed from retired tasks (counts by
+    ``pool.replay_split``), the rest drawn from the pool; no task twice. Mastered tasks leave the pool."""
+
+    proposes = True
+
+    def __init__(self, pool: TaskPool, replay_fraction: float):
+        self.pool, self.replay_fraction = pool, replay_fraction
+        self.replayed = 0  # retired tasks in the last batch
+        self.round, self.starved_round = 0, -1
+
+    def new_round(self, r: int) -> None:
+        self.round = r
+        self.pool.age_out(r)
+
+    def batch(self, n: int, rng: random.Random) -> list[Task]:
+        fresh, k = replay_split(self.replay_fraction, n, len(self.pool.entries), len(self.pool.retired))
+        replayed = self.pool.replay(k, rng)
+        self.replayed = len(replayed)
+        return [e.task for e in self.pool.sample(fresh, rng)] + [e.task for e in replayed]
+
+    def observe(self, tasks: Sequence[Task], rates: Sequence[float]) -> None:
+        for t, rate in zip(tasks, rates):
+            self.pool.update_solve_rate(t.text, rate)
+
+    def stats(self, distinct: int, n: int) -> dict[str, float]:
+        if distinct < n and self.starved_round != self.round:
+            self.starved_round = self.round  # once a round
+            # The same few tasks, step after step, overfit and forget: the batch is cut instead of repeating them.
+            log.warning("round %d: the pool holds %d tasks, fewer than a solver batch (%d): the batch has %d "
+                        "distinct ones; raise curriculum.fill_proposals or fill_max_batches, or lower "
+                        "solver.batch_prompts", self.round, len(self.pool), n, distinct)
+        return {M.REPLAYED: self.replayed}
+
+
+def make_source(mode: str, cc, env: Environment, pool: TaskPool, held_out: set[str]) -> TaskSource:
+    """The task source of ``curriculum.mode`` (``cc`` is the curriculum config)."""
+    if mode == "selfplay":
+        return PoolSource(pool, cc.replay_fraction)
+    levels = LevelSampler(env, cc.max_level, adaptive=mode == "adaptive", floor=cc.adaptive_floor)
+    return GeneratorSource(levels, held_out, cc.filter_max_batches if mode == "uniform_filtered" else 0)

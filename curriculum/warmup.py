@@ -15,7 +15,8 @@ import torch
 
 from curriculum.config import Config
 from curriculum.engine import tiny
-from curriculum.engine.policy import DTYPES, load_checkpoint_role, load_pretrained, load_tokenizer, resolve_device
+from curriculum.engine.distributed import resolve_device
+from curriculum.engine.policy import DTYPES, load_checkpoint_role, load_pretrained, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository: curriculum/, solver/, ...
 

@@ -119,9 +119,10 @@ def main() -> None:
         rollout_s += dt
         _, dt = timed(lambda: trainer.probe(props, 1, "probe", 0))
         rollout_s += dt  # a random model proposes (almost) nothing valid: little to probe
-        batch = pack([p.completion for p in props], [random.random() for _ in props], [i // g for i in range(len(props))],
-                     trainer.tokenizer.pad_token_id)
-        _, dt = timed(lambda: trainer._update("challenger", batch, 1, 0))
+        rewards = [random.random() for _ in props]
+        batch = pack([p.completion for p in props], rewards, [i // g for i in range(len(props))], trainer.tokenizer.pad_token_id)
+        _, dt = timed(lambda: trainer.updates("challenger", [p.completion for p in props], rewards, [p.kind for p in props],
+                                              1, 0))
         train_tokens += float(batch.attention_mask.sum())
         train_s += dt
         # solver: answers to generator tasks -> GRPO step
@@ -130,9 +131,11 @@ def main() -> None:
         answers, dt = timed(lambda: trainer.rollouts.attempt(tasks, g, (1, "solver", 0), desc="solve"))
         rollout_tokens += sum(len(a.completion.completion_ids) for a in answers)
         rollout_s += dt
-        batch = pack([a.completion for a in answers], [random.random() for _ in answers],
-                     [i // g for i in range(len(answers))], trainer.tokenizer.pad_token_id)
-        _, dt = timed(lambda: trainer._update("solver", batch, 1, 0))
+        rewards = [random.random() for _ in answers]
+        batch = pack([a.completion for a in answers], rewards, [i // g for i in range(len(answers))],
+                     trainer.tokenizer.pad_token_id)
+        _, dt = timed(lambda: trainer.updates("solver", [a.completion for a in answers], rewards,
+                                              [a.task.kind for a in answers], 1, 0))
         train_tokens += float(batch.attention_mask.sum())
         train_s += dt
         if args.engine == "vllm":  # the engine samples the updated weights

@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT))
 
 from challenger.role import Challenger  # noqa: E402
 from curriculum.config import load_config  # noqa: E402
-from curriculum.engine.policy import build_roles, resolve_device  # noqa: E402
+from curriculum.engine.policy import build_roles  # noqa: E402
 from curriculum.engine.prompts import resolve_style  # noqa: E402
 from curriculum.engine.tiny import batch_loss  # noqa: E402
 from curriculum.envs import benchmark, make_env  # noqa: E402
 from curriculum.evaluate import evaluate_solver, solver_attempts  # noqa: E402
-from curriculum.trainer import seed_everything  # noqa: E402
+from curriculum.engine.distributed import resolve_device, seed_everything  # noqa: E402
 from curriculum.warmup import load_base  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "scripts"))

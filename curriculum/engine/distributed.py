@@ -23,10 +23,12 @@ import contextlib
 import datetime
 import json
 import os
+import random
 import socket
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from curriculum.config import Config, ConfigError
@@ -195,6 +197,35 @@ def check_world(cfg: Config, world: int) -> None:
                             f"not a multiple of distributed.micro_batch_size ({micro})")
     if problems:
         raise ConfigError("; ".join(problems))
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("run.device=cuda but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def start_process(cfg: Config) -> tuple[torch.device, SingleProcess]:
+    """This process's torch settings (``run.threads``, ``run.deterministic``, every seed), its device and
+    its process group; the batch shapes checked against the number of ranks. Returns (device, dist)."""
+    if cfg.run.threads > 0:
+        torch.set_num_threads(cfg.run.threads)
+    torch.use_deterministic_algorithms(cfg.run.deterministic, warn_only=True)
+    seed_everything(cfg.run.seed)
+    device = resolve_device(cfg.run.device)
+    dist = init_dist(cfg, device)
+    check_world(cfg, dist.world)
+    if device.type == "cuda" and dist.world > 1:
+        device = torch.device("cuda", dist.local_rank)
+    return device, dist
 
 
 # ----------------------------------------------------------------------------- sharding

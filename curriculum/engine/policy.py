@@ -79,14 +79,6 @@ class Role:
         self.scheduler.load_state_dict(state["scheduler"])
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("run.device=cuda but torch sees no CUDA device")
-    return torch.device(name)
-
-
 def make_optimizer(params, cfg: OptimConfig):
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     warm = cfg.warmup_steps

@@ -55,3 +55,45 @@ def test_has_signal():
 def test_near_band_asks_for_more_samples_only_near_an_edge(p, m, want):
     # band [0.2, 0.8]; standard error sqrt(q(1-q)/m) with q clipped to [1/2m, 1-1/2m], 1.5 of them
     assert near_band(p, m, 0.2, 0.8) is want
+
+
+def test_each_mode_has_its_source_and_only_selfplay_proposes():
+    from curriculum.config import MODES, load_config
+    from curriculum.pool import TaskPool
+    from curriculum.sources import GeneratorSource, PoolSource, make_source
+
+    env = make_env("arithmetic", num_levels=4)
+    kinds = {}
+    for mode in MODES:
+        cc = load_config("configs/demo_cpu.yaml", [f"curriculum.mode={mode}"]).curriculum
+        source = make_source(mode, cc, env, TaskPool(8, 4), held_out=set())
+        kinds[mode] = (type(source), source.proposes, source.draws > 1, getattr(source, "filtered", None))
+        assert source.batch(0, random.Random(0)) == []
+    assert kinds["selfplay"][:2] == (PoolSource, True)
+    assert kinds["uniform"] == (GeneratorSource, False, False, False)
+    assert kinds["uniform_filtered"] == (GeneratorSource, False, cc.filter_max_batches > 1, True)
+    assert kinds["adaptive"][:2] == (GeneratorSource, False)
+
+
+def test_generator_sources_keep_groups_by_signal_and_checkpoint_their_rates():
+    from curriculum.sources import GeneratorSource
+
+    env = make_env("arithmetic", num_levels=4)
+    task = Task("1+1", "2", 1)
+    flat = [Attempt(task, None, 1.0)] * 4
+    mixed = [Attempt(task, None, 1.0), Attempt(task, None, 0.0)]
+    filtered = GeneratorSource(LevelSampler(env), held_out=set(), filter_draws=3)
+    plain = GeneratorSource(LevelSampler(env, adaptive=True), held_out=set())
+    assert (filtered.draws, filtered.keep(flat), filtered.keep(mixed)) == (3, False, True)
+    assert (plain.draws, plain.keep(flat)) == (1, True)
+    plain.observe([task], [0.25])
+    again = GeneratorSource(LevelSampler(env, adaptive=True), held_out=set())
+    again.load_state_dict(plain.state_dict())
+    assert again.levels.rates == {1: 0.25}
+    held = {t.text for t in env_tasks(env)}
+    assert not held & {t.text for t in GeneratorSource(LevelSampler(env), held).batch(200, random.Random(1))}
+
+
+def env_tasks(env):
+    rng = random.Random(5)
+    return [env.sample_task(1, rng) for _ in range(20)]
