@@ -131,7 +131,9 @@ class GeneratorSource(TaskSource):
 
 class PoolSource(TaskSource):
     """Self-play: ``replay_fraction`` of each batch replayed from retired tasks (counts by
-    ``pool.replay_split``), the rest drawn from the pool; no task twice. Mastered tasks leave the pool."""
+    ``pool.replay_split``), the rest drawn from the pool; no task twice. Mastered tasks leave the pool.
+    While the pool is empty (a challenger that proposes nothing in the band), with replay on the whole
+    batch is replayed: the solver keeps its levels instead of skipping steps for rounds on end."""
 
     proposes = True
 
@@ -146,6 +148,8 @@ class PoolSource(TaskSource):
 
     def batch(self, n: int, rng: random.Random) -> list[Task]:
         fresh, k = replay_split(self.replay_fraction, n, len(self.pool.entries), len(self.pool.retired))
+        if not self.pool.entries and self.replay_fraction > 0:  # emptied: replay, not starve, until a refill
+            fresh, k = 0, n
         replayed = self.pool.replay(k, rng)
         self.replayed = len(replayed)
         return [e.task for e in self.pool.sample(fresh, rng)] + [e.task for e in replayed]

@@ -146,13 +146,7 @@ class SelfPlayTrainer:
             self.rollouts.sandbox_s = 0.0
         stages, every = self.stages(), self.cfg.checkpoint.every_steps
         for k in range(self.stage, len(stages)):
-            phase, step = stages[k]
-            if phase == "challenger":
-                self.challenger_step(r, step)
-            elif phase == "fill":
-                self.fill_pool(r)
-            else:
-                self.update_solver(r, step)
+            self.run_stage(r, *stages[k])
             self.stage = k + 1
             if self.dist.world > 1:  # a signal may reach the ranks at different steps: stop together
                 self.stop.requested = any(self.dist.all_gather_object(self.stop.requested))
@@ -169,6 +163,9 @@ class SelfPlayTrainer:
         self.save_checkpoint(r)
         self.write_dashboard()
         return not (self.stop.requested or self.stop_reason)
+
+    def run_stage(self, r: int, phase: str, step: int) -> None:
+        {"challenger": self.challenger_step, "fill": self.fill_pool, "solver": self.update_solver}[phase](r, step)
 
     # ---------------------------------------------------------------- phases
 
@@ -206,7 +203,7 @@ class SelfPlayTrainer:
         self.monitor.log(out | checks | self.rollouts.token_stats(), round=r, phase="update_challenger")
         self._record_tasks(r, f"challenger_step_{step}", proposals, reward_b.tolist(), accepted=None)
 
-    def fill_pool(self, r: int) -> None:
+    def fill_pool(self, r: int, step: int = 0) -> None:
         """Curriculum: fresh proposals from the updated challenger; those in the band join the pool
         (``curriculum.fill``). A batch of ``curriculum.fill_proposals``, and more (up to
         ``curriculum.fill_max_batches`` in all) while the pool holds fewer tasks than one solver batch."""

@@ -300,7 +300,7 @@ class CurriculumConfig:
                                      "that left the pool (aged out or mastered) or were probed above the band (kept, "
                                      "never pooled), so training on the frontier alone does "
                                      "not forget what lies below it. The count is rounded half up; a pool short of fresh tasks "
-                                     "shrinks the batch, not the share.")
+                                     "shrinks the batch, not the share; an empty pool replays the whole batch.")
     replay_by_level: bool = key(False,
                                 doc="selfplay: keep and replay past tasks level by level (a full store drops the oldest "
                                     "task of its most-held level; each replay cycles through the levels), so levels "

@@ -35,6 +35,12 @@ def test_pool_source_replays_retired_tasks():
     assert sum(t in pool.entries for t in texts) == 2
     pool.retired.clear()  # nothing to replay: the pool alone
     assert sorted(t.text for t in source.batch(4, rng)) == ["1+3", "1+4", "1+5"]
+    for text in ("1+3", "1+4", "1+5"):
+        source.observe([env.parse_proposal(text)], [1.0])
+    assert len(pool) == 0  # emptied: the whole batch replays rather than nothing at all
+    assert sorted(t.text for t in source.batch(2, rng)) in (["1+3", "1+4"], ["1+3", "1+5"], ["1+4", "1+5"])
+    assert source.replayed == 2 and len(source.batch(8, rng)) == 3
+    assert PoolSource(pool, replay_fraction=0.0).batch(4, rng) == []  # without replay: nothing to train on
 
 
 def test_a_trainer_step_draws_its_batch_from_the_pool_source(tiny_overrides):
