@@ -32,7 +32,8 @@ An unknown key names the nearest valid ones (`unknown config key 'train.round'; 
 train.rounds?`). Config files are read as UTF-8, at most 1 MiB, with YAML nested at most 32 deep and
 at most 10,000 values once aliases are expanded. A bad config ends in one line on stderr
 (`selfplay: config error: ...`) and exit code 2, never a traceback; `selfplay validate CONFIG.yaml`
-runs the checks without building a model.
+runs the checks without building a model. LoRA target modules are checked when the model is built,
+before any RL step.
 
 Keys marked *resume* may change on `selfplay train --resume RUN_DIR key=value`; a change to any
 other key is refused with the keys named ([resume.md](resume.md)).
