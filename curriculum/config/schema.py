@@ -2,7 +2,7 @@
 
 Imports nothing of the project, so the engine and the roles can read a typed config without
 loading a registry. ``key(default, range, doc=...)`` declares a key; ``key_specs()`` lists them
-all (``selfplay config-keys`` and the README's table print it). Loading, overrides and checks
+all (``selfplay config-keys`` and docs/configuration.md print it). Loading, overrides and checks
 live beside this module: ``loader`` (YAML and key=value), ``plugins``, ``validate``.
 """
 from __future__ import annotations

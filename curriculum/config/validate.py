@@ -220,4 +220,4 @@ def _check_rollout(cfg: Config) -> None:
 
         _need(importlib.util.find_spec("vllm") is not None,
               "rollout.engine=vllm but the vllm package is not installed in this environment: pip install vllm "
-              "(CUDA; see the README's 'vLLM rollouts'), or use rollout.engine=hf")
+              "(CUDA; see docs/vllm.md), or use rollout.engine=hf")
