@@ -257,8 +257,8 @@ def test_task_logs_are_reread_only_when_a_file_changes(tmp_path, monkeypatch):
     run = write_run(tmp_path / "run")
     first = dashboard.render(run)
     reads = []
-    real = dashboard.load_records
-    monkeypatch.setattr(dashboard, "load_records", lambda path: reads.append(path.name) or real(path))
+    real = dashboard.data.load_records
+    monkeypatch.setattr(dashboard.data, "load_records", lambda path: reads.append(path.name) or real(path))
     assert dashboard.render(run) == first and reads == []  # every round's proposals and levels from the cache
     path = run / "tasks" / "round_0001.jsonl"
     path.write_text(path.read_text().replace('"level": 1', '"level": 4'))
