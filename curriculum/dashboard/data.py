@@ -8,15 +8,17 @@ from pathlib import Path
 
 import yaml
 
+from curriculum import metrics as M
 from curriculum.monitor import read_jsonl
 from curriculum.rundir import RunDir
 
 #: Cumulative counters, whose round value is their last; x axis of "accuracy against tokens".
-TOKENS = ("challenger/generated_tokens", "solver/generated_tokens")
+TOKENS = tuple(M.of_role(role, M.GENERATED_TOKENS) for role in M.ROLES)
 PROPOSALS_PER_ROUND = 30
-_AVERAGED = ("challenger/", "solver/")  # logged every step: the round's mean; the rest: its last value
+#: Logged every step: the round's mean; the rest: its last value.
+_AVERAGED = tuple(M.of_role(role, "") for role in M.ROLES)
 #: A mean over the round's accepted tasks is undefined (logged as 0) when none was accepted.
-_UNDEFINED_WHEN_ZERO = {"curriculum/accepted_level_mean": "curriculum/accepted"}
+_UNDEFINED_WHEN_ZERO = {M.ACCEPTED_LEVEL: M.ACCEPTED}
 
 
 def per_round(path: Path) -> dict[int, dict[str, float]]:
@@ -34,10 +36,9 @@ def per_round(path: Path) -> dict[int, dict[str, float]]:
             for r, m in sorted(values.items())}
 
 
-def tiers(rows: dict[int, dict[str, float]], metric: str = "eval/accuracy") -> list[str]:
+def tiers(rows: dict[int, dict[str, float]], metric: str = M.ACCURACY) -> list[str]:
     """``METRIC/tier_L`` keys logged in ``rows``, by level."""
-    head = f"{metric}/tier_"
-    found = {k for m in rows.values() for k in m if k.startswith(head) and k[len(head):].isdigit()}
+    found = {k for m in rows.values() for k in m if M.level_of(k, metric) is not None}
     return sorted(found, key=tier_level)
 
 
@@ -53,7 +54,7 @@ def series(rows: dict[int, dict[str, float]], metric: str) -> list[tuple[float, 
 
 def band(rows: dict[int, dict[str, float]], prefix: str) -> list[tuple[float, float, float, float]]:
     """(round, p10, p50, p90) of a metric logged as quantiles."""
-    keys = [f"{prefix}_p{q}" for q in (10, 50, 90)]
+    keys = [M.quantile(prefix, q) for q in ("p10", "p50", "p90")]
     return [(r, *(m[k] for k in keys)) for r, m in rows.items() if all(k in m for k in keys)]
 
 

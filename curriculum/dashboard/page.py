@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from curriculum import health
+from curriculum import metrics as M
 from curriculum.checkpoint import atomic_write
 from curriculum.dashboard.charts import fmt, line_chart
 from curriculum.dashboard.data import (PROPOSALS_PER_ROUND, RoundDigest, band, per_round, round_digest, run_line,
@@ -31,76 +32,72 @@ class Chart:
 
 _CODE_TYPES = ("deduction", "abduction", "induction")
 BENCHMARK = [  # followed by one line per level, after the first chart
-    Chart("Held-out accuracy", (("eval/accuracy", "greedy"), ("eval/mean_at_k", "mean@k")), "accuracy", rate=True),
-    Chart("Frontier level", (("eval/frontier_level", "highest level solved ≥ 50%"),), "level",
+    Chart("Held-out accuracy", ((M.ACCURACY, "greedy"), (M.MEAN_AT_K, "mean@k")), "accuracy", rate=True),
+    Chart("Frontier level", ((M.FRONTIER, "highest level solved ≥ 50%"),), "level",
           integer=True, step=True, optional=True),
 ]
 CURRICULUM = [
     Chart("Task difficulty (1 − solve rate)", (), "difficulty", rate=True,
-          bands=(("curriculum/accepted_difficulty", "accepted"), ("curriculum/pool_difficulty", "pool"))),
-    Chart("Solve rate", (("challenger/solve_rate_mean", "challenger's tasks, probed"),
-                         ("solver/solved_all_fraction", "solver: tasks always solved"),
-                         ("solver/solved_none_fraction", "solver: tasks never solved")), "share", rate=True),
-    Chart("Task level", (("curriculum/accepted_level_mean", "accepted"), ("curriculum/pool_level_mean", "pool"),
-                         ("solver/task_level_mean", "solver trained on")), "level"),
-    Chart("Pool", (("curriculum/pool_size", "size"), ("curriculum/accepted", "accepted this round")), "tasks",
-          integer=True),
-    Chart("Pseudo-label accuracy", (("curriculum/label_accuracy", "majority vote"),), "accuracy",
-          rate=True, optional=True),
+          bands=((M.ACCEPTED_DIFFICULTY, "accepted"), (M.POOL_DIFFICULTY, "pool"))),
+    Chart("Solve rate", ((M.CHALLENGER_SOLVE_RATE, "challenger's tasks, probed"),
+                         (M.SOLVED_ALL, "solver: tasks always solved"),
+                         (M.SOLVED_NONE, "solver: tasks never solved")), "share", rate=True),
+    Chart("Task level", ((M.ACCEPTED_LEVEL, "accepted"), (M.quantile(M.POOL_LEVEL, "mean"), "pool"),
+                         (M.SOLVER_LEVEL, "solver trained on")), "level"),
+    Chart("Pool", ((M.POOL_SIZE, "size"), (M.ACCEPTED, "accepted this round")), "tasks", integer=True),
+    Chart("Pseudo-label accuracy", ((M.LABEL_ACCURACY, "majority vote"),), "accuracy", rate=True, optional=True),
     # Typed environments (code_triplets: Absolute Zero's three code tasks)
-    Chart("Held-out accuracy per task type", tuple((f"eval/accuracy/type_{k}", k) for k in _CODE_TYPES), "accuracy",
+    Chart("Held-out accuracy per task type", tuple((M.per_type(M.ACCURACY, k), k) for k in _CODE_TYPES), "accuracy",
           rate=True, optional=True),
-    Chart("Solver solve rate per task type", tuple((f"solver/solve_rate/type_{k}", k) for k in _CODE_TYPES), "share",
+    Chart("Solver solve rate per task type", tuple((M.per_type(M.SOLVE_RATE, k), k) for k in _CODE_TYPES), "share",
           rate=True, optional=True),
 ]
 TRAINING = [
-    Chart("Validity", (("challenger/valid_fraction", "challenger updates"),
-                       ("curriculum/valid_fraction", "fill proposals")), "valid share", rate=True),
-    Chart("Reward", (("challenger/reward_mean", "challenger"), ("solver/reward_mean", "solver")), "mean reward"),
-    Chart("Groups without signal", (("solver/no_signal_fraction", "solver"),), "share of GRPO groups",
-          rate=True, optional=True),
-    Chart("Generated tokens", (("challenger/generated_tokens", "challenger"), ("solver/generated_tokens", "solver")),
+    Chart("Validity", ((M.CHALLENGER_VALID, "challenger updates"), (M.VALID_FRACTION, "fill proposals")),
+          "valid share", rate=True),
+    Chart("Reward", ((M.CHALLENGER_REWARD, "challenger"), (M.SOLVER_REWARD, "solver")), "mean reward"),
+    Chart("Groups without signal", ((M.NO_SIGNAL, "solver"),), "share of GRPO groups", rate=True, optional=True),
+    Chart("Generated tokens", tuple((M.of_role(role, M.GENERATED_TOKENS), role) for role in M.ROLES),
           "tokens, cumulative", integer=True, optional=True),
-    Chart("Tool use", (("solver/tool_calls_mean", "calls per answer"), ("solver/tool_error_rate", "error rate")),
-          "calls / rate", optional=True),
+    Chart("Tool use", ((M.TOOL_CALLS, "calls per answer"), (M.TOOL_ERROR_RATE, "error rate")), "calls / rate",
+          optional=True),
     Chart("Rollout engine vs trainer (rollout.engine=vllm)",
-          (("solver/engine_logprob_gap", "solver: mean |log-prob gap|"),
-           ("solver/tis_capped_frac", "solver: tokens at the TIS cap")), "nats / share", optional=True),
-    Chart("Validity per task type", tuple((f"challenger/valid_fraction/type_{k}", k) for k in _CODE_TYPES),
+          ((M.of_role("solver", M.ENGINE_LOGPROB_GAP), "solver: mean |log-prob gap|"),
+           (M.of_role("solver", M.TIS_CAPPED), "solver: tokens at the TIS cap")), "nats / share", optional=True),
+    Chart("Validity per task type", tuple((M.per_type(M.CHALLENGER_VALID, k), k) for k in _CODE_TYPES),
           "valid share", rate=True, optional=True),
-    Chart("Sandbox runs per round", (("sandbox/executions", "executions"), ("sandbox/timeouts", "timeouts")), "runs",
+    Chart("Sandbox runs per round", ((M.SANDBOX_EXECUTIONS, "executions"), (M.SANDBOX_TIMEOUTS, "timeouts")), "runs",
           integer=True, optional=True),
-    Chart("Seconds per round", (("time/round_s", "round"), ("time/eval_s", "eval")), "seconds"),
+    Chart("Seconds per round", ((M.ROUND_S, "round"), (M.EVAL_S, "eval")), "seconds"),
 ]
 #: Columns of the per-round table (also ``scripts/summarize_run.py``); unlogged ones are dropped.
 COLUMNS = [
-    ("eval/accuracy", "eval acc"),
-    ("eval/mean_at_k", "mean@k"),
-    ("eval/frontier_level", "frontier"),
-    ("challenger/valid_fraction", "valid"),
-    ("challenger/reward_mean", "ch reward"),
-    ("curriculum/accepted", "accepted"),
-    ("curriculum/accepted_level_mean", "acc level"),
-    ("curriculum/accepted_difficulty_mean", "acc diff"),
-    ("curriculum/label_accuracy", "label acc"),
-    ("curriculum/pool_size", "pool"),
-    ("solver/reward_mean", "sv reward"),
-    ("solver/no_signal_fraction", "no signal"),
+    (M.ACCURACY, "eval acc"),
+    (M.MEAN_AT_K, "mean@k"),
+    (M.FRONTIER, "frontier"),
+    (M.CHALLENGER_VALID, "valid"),
+    (M.CHALLENGER_REWARD, "ch reward"),
+    (M.ACCEPTED, "accepted"),
+    (M.ACCEPTED_LEVEL, "acc level"),
+    (M.quantile(M.ACCEPTED_DIFFICULTY, "mean"), "acc diff"),
+    (M.LABEL_ACCURACY, "label acc"),
+    (M.POOL_SIZE, "pool"),
+    (M.SOLVER_REWARD, "sv reward"),
+    (M.NO_SIGNAL, "no signal"),
 ]
 #: Charts that overlay several runs: one line per run of the chart's single metric.
 COMPARE = [
-    Chart("Held-out accuracy (greedy)", (("eval/accuracy", ""),), "accuracy", rate=True),
-    Chart("Held-out mean@k", (("eval/mean_at_k", ""),), "mean@k", rate=True, optional=True),
-    Chart("Frontier level", (("eval/frontier_level", ""),), "level", integer=True, step=True, optional=True),
-    Chart("Accepted task level", (("curriculum/accepted_level_mean", ""),), "level"),
-    Chart("Median difficulty of accepted tasks", (("curriculum/accepted_difficulty_p50", ""),), "difficulty",
+    Chart("Held-out accuracy (greedy)", ((M.ACCURACY, ""),), "accuracy", rate=True),
+    Chart("Held-out mean@k", ((M.MEAN_AT_K, ""),), "mean@k", rate=True, optional=True),
+    Chart("Frontier level", ((M.FRONTIER, ""),), "level", integer=True, step=True, optional=True),
+    Chart("Accepted task level", ((M.ACCEPTED_LEVEL, ""),), "level"),
+    Chart("Median difficulty of accepted tasks", ((M.quantile(M.ACCEPTED_DIFFICULTY, "p50"), ""),), "difficulty",
           rate=True, optional=True),
-    Chart("Level of the tasks the solver trained on", (("solver/task_level_mean", ""),), "level"),
-    Chart("Solver reward", (("solver/reward_mean", ""),), "mean reward"),
-    Chart("Solver groups without signal", (("solver/no_signal_fraction", ""),), "share of GRPO groups",
-          rate=True, optional=True),
-    Chart("Challenger valid fraction", (("challenger/valid_fraction", ""),), "valid share", rate=True),
-    Chart("Pool size", (("curriculum/pool_size", ""),), "tasks", integer=True),
+    Chart("Level of the tasks the solver trained on", ((M.SOLVER_LEVEL, ""),), "level"),
+    Chart("Solver reward", ((M.SOLVER_REWARD, ""),), "mean reward"),
+    Chart("Solver groups without signal", ((M.NO_SIGNAL, ""),), "share of GRPO groups", rate=True, optional=True),
+    Chart("Challenger valid fraction", ((M.CHALLENGER_VALID, ""),), "valid share", rate=True),
+    Chart("Pool size", ((M.POOL_SIZE, ""),), "tasks", integer=True),
 ]
 
 # ----------------------------------------------------------------------------- tables
@@ -262,7 +259,7 @@ def _chart(spec: Chart, rows: dict[int, dict[str, float]], span: tuple[float, fl
 def _tier_charts(rows: dict[int, dict[str, float]], span: tuple[float, float] | None) -> list[str]:
     """One line per level, coloured along the ramp, for greedy accuracy and mean@k."""
     out = []
-    for metric, name in (("eval/accuracy", "Greedy accuracy per level"), ("eval/mean_at_k", "mean@k per level")):
+    for metric, name in ((M.ACCURACY, "Greedy accuracy per level"), (M.MEAN_AT_K, "mean@k per level")):
         keys = tiers(rows, metric)
         if keys:
             out.append(line_chart(name, {f"level {tier_level(k)}": series(rows, k) for k in keys}, y_title="accuracy",
@@ -272,7 +269,7 @@ def _tier_charts(rows: dict[int, dict[str, float]], span: tuple[float, float] | 
 
 def _heatmaps(rows: dict[int, dict[str, float]]) -> list[str]:
     return [f"<h3>{title}, % by level and round</h3>" + _heatmap(rows, metric)
-            for metric, title in (("eval/accuracy", "Greedy accuracy"), ("eval/mean_at_k", "mean@k"))
+            for metric, title in ((M.ACCURACY, "Greedy accuracy"), (M.MEAN_AT_K, "mean@k"))
             if tiers(rows, metric)]
 
 
@@ -295,18 +292,18 @@ def alarm_markers(rows: dict[int, dict[str, float]]) -> list[tuple[float, str]]:
 
 def _health_panel(rows: dict[int, dict[str, float]]) -> str:
     """Alarms on at the last checked round first, then those that fired and cleared (docs/health.md)."""
-    checked = [r for r, m in rows.items() if "health/active" in m]
+    checked = [r for r, m in rows.items() if M.HEALTH_ACTIVE in m]
     if not checked:
         return "<p class='none'>no health check yet</p>"
     fired, last = health.timeline(rows), rows[checked[-1]]
     if not fired:
         return f"<p class='ok'>no alarm has fired (checked every round, last at round {checked[-1]})</p>"
     body = []
-    for name in sorted(fired, key=lambda n: (last.get(f"health/{n}") != 1, n)):
-        on = last.get(f"health/{name}") == 1
+    for name in sorted(fired, key=lambda n: (last.get(M.alarm(n)) != 1, n)):
+        on = last.get(M.alarm(name)) == 1
         when = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in _ranges(fired[name]))
         values = {k.rsplit("/", 1)[1]: v for k, v in (last if on else rows[fired[name][-1]]).items()
-                  if k.startswith(f"health/{name}/")}
+                  if k.startswith(M.alarm(name) + "/")}
         shown = ", ".join(f"{k} {fmt(v)}" for k, v in values.items())
         doc = " ".join((health.ALARMS[name].__doc__ or "").split())
         body.append(f"<tr class='{'on' if on else 'past'}'><td><b>{html.escape(name)}</b></td>"
@@ -362,18 +359,18 @@ def _names(run_dirs: list[Path]) -> list[str]:
 
 def _compare_table(runs: dict[str, dict[int, dict[str, float]]]) -> str:
     levels = sorted({t for rows in runs.values() for t in tiers(rows)}, key=tier_level)
-    extra = [(k, name) for k, name in (("eval/mean_at_k", "mean@k, last"), ("eval/frontier_level", "frontier, last"))
+    extra = [(k, name) for k, name in ((M.MEAN_AT_K, "mean@k, last"), (M.FRONTIER, "frontier, last"))
              if any(k in m for rows in runs.values() for m in rows.values())]
     body = []
     for name, rows in runs.items():
-        evals = [r for r, m in rows.items() if "eval/accuracy" in m]
+        evals = [r for r, m in rows.items() if M.ACCURACY in m]
         if not evals:
             body.append([html.escape(name), "", "", "", ""] + [""] * (len(extra) + len(levels)))
             continue
         first, last = rows[evals[0]], rows[evals[-1]]
-        gain = last["eval/accuracy"] - first["eval/accuracy"]
+        gain = last[M.ACCURACY] - first[M.ACCURACY]
         later = [k for k, _ in extra] + levels
-        body.append([html.escape(name), str(evals[-1]), fmt(first["eval/accuracy"]), fmt(last["eval/accuracy"]),
+        body.append([html.escape(name), str(evals[-1]), fmt(first[M.ACCURACY]), fmt(last[M.ACCURACY]),
                      f"{gain:+.3f}"] + [fmt(last[k]) if k in last else "" for k in later])
     header = (["run", "last round", "accuracy, round 0", "accuracy, last", "change"] + [name for _, name in extra]
               + [f"level {tier_level(t)}, last" for t in levels])
@@ -383,7 +380,7 @@ def _compare_table(runs: dict[str, dict[int, dict[str, float]]]) -> str:
 def _token_charts(runs: dict[str, dict[int, dict[str, float]]]) -> list[str]:
     """Held-out accuracy against the tokens both roles generated: runs compared at equal compute."""
     out = []
-    for metric, title in (("eval/accuracy", "Greedy accuracy"), ("eval/mean_at_k", "mean@k")):
+    for metric, title in ((M.ACCURACY, "Greedy accuracy"), (M.MEAN_AT_K, "mean@k")):
         lines = {name: token_series(rows, metric) for name, rows in runs.items()}
         if any(lines.values()):
             out.append(line_chart(f"{title} against generated tokens", lines, y_title="accuracy",
