@@ -42,6 +42,12 @@ def tiers(rows: dict[int, dict[str, float]], metric: str = M.ACCURACY) -> list[s
     return sorted(found, key=tier_level)
 
 
+def types(rows: dict[int, dict[str, float]], metric: str) -> dict[str, str]:
+    """Task type -> its ``METRIC/type_K`` key, for the types logged in ``rows``, by name."""
+    found = {kind: k for m in rows.values() for k in m if (kind := M.type_of(k, metric)) is not None}
+    return dict(sorted(found.items()))
+
+
 def tier_level(key: str) -> int:
     return int(key.rsplit("_", 1)[1])
 

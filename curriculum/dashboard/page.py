@@ -12,7 +12,7 @@ from curriculum import metrics as M
 from curriculum.checkpoint import atomic_write
 from curriculum.dashboard.charts import fmt, line_chart
 from curriculum.dashboard.data import (PROPOSALS_PER_ROUND, RoundDigest, band, per_round, round_digest, run_line,
-                                       series, tier_level, tiers, token_series)
+                                       series, tier_level, tiers, token_series, types)
 from curriculum.rundir import RunDir, run_status
 
 
@@ -28,9 +28,9 @@ class Chart:
     integer: bool = False  # whole numbers (counts, levels): whole ticks
     step: bool = False  # a value held until the next round (the frontier level)
     optional: bool = False  # left out while none of its metrics is logged (metrics added later)
+    per_type: str = ""  # a metric drawn once per task type the run logs it for (its /type_K keys)
 
 
-_CODE_TYPES = ("deduction", "abduction", "induction")
 BENCHMARK = [  # followed by one line per level, after the first chart
     Chart("Held-out accuracy", ((M.ACCURACY, "greedy"), (M.MEAN_AT_K, "mean@k")), "accuracy", rate=True),
     Chart("Frontier level", ((M.FRONTIER, "highest level solved ≥ 50%"),), "level",
@@ -46,11 +46,9 @@ CURRICULUM = [
                          (M.SOLVER_LEVEL, "solver trained on")), "level"),
     Chart("Pool", ((M.POOL_SIZE, "size"), (M.ACCEPTED, "accepted this round")), "tasks", integer=True),
     Chart("Pseudo-label accuracy", ((M.LABEL_ACCURACY, "majority vote"),), "accuracy", rate=True, optional=True),
-    # Typed environments (code_triplets: Absolute Zero's three code tasks)
-    Chart("Held-out accuracy per task type", tuple((M.per_type(M.ACCURACY, k), k) for k in _CODE_TYPES), "accuracy",
-          rate=True, optional=True),
-    Chart("Solver solve rate per task type", tuple((M.per_type(M.SOLVE_RATE, k), k) for k in _CODE_TYPES), "share",
-          rate=True, optional=True),
+    # Typed environments (code_triplets: Absolute Zero's three code tasks), with the types their metrics name
+    Chart("Held-out accuracy per task type", (), "accuracy", rate=True, optional=True, per_type=M.ACCURACY),
+    Chart("Solver solve rate per task type", (), "share", rate=True, optional=True, per_type=M.SOLVE_RATE),
 ]
 TRAINING = [
     Chart("Validity", ((M.CHALLENGER_VALID, "challenger updates"), (M.VALID_FRACTION, "fill proposals")),
@@ -64,8 +62,7 @@ TRAINING = [
     Chart("Rollout engine vs trainer (rollout.engine=vllm)",
           ((M.of_role("solver", M.ENGINE_LOGPROB_GAP), "solver: mean |log-prob gap|"),
            (M.of_role("solver", M.TIS_CAPPED), "solver: tokens at the TIS cap")), "nats / share", optional=True),
-    Chart("Validity per task type", tuple((M.per_type(M.CHALLENGER_VALID, k), k) for k in _CODE_TYPES),
-          "valid share", rate=True, optional=True),
+    Chart("Validity per task type", (), "valid share", rate=True, optional=True, per_type=M.CHALLENGER_VALID),
     Chart("Sandbox runs per round", ((M.SANDBOX_EXECUTIONS, "executions"), (M.SANDBOX_TIMEOUTS, "timeouts")), "runs",
           integer=True, optional=True),
     Chart("Seconds per round", ((M.ROUND_S, "round"), (M.EVAL_S, "eval")), "seconds"),
@@ -249,6 +246,8 @@ def _chart(spec: Chart, rows: dict[int, dict[str, float]], span: tuple[float, fl
            markers: list[tuple[float, str]] | None = None) -> str:
     """``spec`` over the run's rounds; "" for an optional chart with nothing logged."""
     lines = {label: series(rows, k) for k, label in spec.lines}
+    if spec.per_type:
+        lines.update({kind: series(rows, k) for kind, k in types(rows, spec.per_type).items()})
     bands = {label: band(rows, prefix) for prefix, label in spec.bands}
     if spec.optional and not any([*lines.values(), *bands.values()]):
         return ""

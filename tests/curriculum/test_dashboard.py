@@ -213,6 +213,29 @@ def test_new_metrics_are_charted_when_present(tmp_path):
     assert "mean@k" not in bare and "<th>no signal</th>" not in bare
 
 
+TYPE_CHARTS = ["Held-out accuracy per task type", "Solver solve rate per task type", "Validity per task type"]
+
+
+def test_task_types_are_found_in_the_metric_names(tmp_path):
+    run = write_run(tmp_path / "typed")
+    with open(run / "metrics.jsonl", "a") as f:  # after the torn line: a writer that went on
+        f.write("\n")
+        for r in range(1, 4):
+            f.write(json.dumps({"round": r, "phase": "eval", "eval/accuracy/type_sorting": 0.2 * r,
+                                "eval/accuracy/type_zebra": 0.5, "solver/solve_rate/type_sorting": 0.1 * r,
+                                "challenger/valid_fraction/type_sorting": 0.9}) + "\n")
+    page = dashboard.render(run)
+    accuracy = figure(page, "Held-out accuracy per task type")
+    assert len(polyline(accuracy, "sorting")) == 3 and len(polyline(accuracy, "zebra")) == 3
+    assert [y for _, y in polyline(accuracy, "sorting")] == sorted((y for _, y in polyline(accuracy, "sorting")),
+                                                                     reverse=True)  # rising
+    assert len(polyline(figure(page, "Solver solve rate per task type"), "sorting")) == 3
+    assert "zebra" not in figure(page, "Solver solve rate per task type")  # only the types each metric names
+    assert len(polyline(figure(page, "Validity per task type"), "sorting")) == 3
+    # A run of untyped tasks: no per-type chart at all.
+    assert not set(TYPE_CHARTS) & set(captions(dashboard.render(write_run(tmp_path / "plain", extra=True))))
+
+
 def test_many_levels_stay_readable(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
