@@ -2,6 +2,8 @@
 into per-round digests, the saved config into one line."""
 from __future__ import annotations
 
+import json
+import logging
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +13,8 @@ import yaml
 from curriculum import metrics as M
 from curriculum.monitor import read_jsonl
 from curriculum.rundir import RunDir
+
+log = logging.getLogger(__name__)
 
 #: Cumulative counters, whose round value is their last; x axis of "accuracy against tokens".
 TOKENS = tuple(M.of_role(role, M.GENERATED_TOKENS) for role in M.ROLES)
@@ -24,16 +28,91 @@ _UNDEFINED_WHEN_ZERO = {M.ACCEPTED_LEVEL: M.ACCEPTED}
 def per_round(path: Path) -> dict[int, dict[str, float]]:
     """One value per metric per round: the mean over the round's steps for challenger/* and
     solver/*, the last value for the rest (and for the cumulative token counters). Lines that
-    are not a record (a torn last line from a killed writer) are skipped."""
-    values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for rec in read_jsonl(path):
-        if not isinstance(rec.get("round"), int):
-            continue
-        for k, v in rec.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("round", "time"):
-                values[rec["round"]][k].append(float(v))
-    return {r: {k: sum(v) / len(v) if k.startswith(_AVERAGED) and k not in TOKENS else v[-1] for k, v in m.items()}
-            for r, m in sorted(values.items())}
+    are not a record (a torn last line from a killed writer) are skipped.
+
+    Cached per file: the trainer calls this every round (health check, page), so a file that
+    only grew is read from where the last call stopped; one cut back or rewritten is read anew."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        _METRICS.pop(str(path), None)
+        return {}
+    reader = _METRICS.get(str(path))
+    if reader is None or not reader.update(path, st):
+        reader = _METRICS[str(path)] = _MetricsReader((st.st_dev, st.st_ino))
+        reader.update(path, st)
+    return {r: dict(m) for r, m in reader.rows.items()}
+
+
+class _MetricsReader:
+    """What ``per_round`` has read of one metrics file: its first ``offset`` bytes."""
+
+    SEAM = 64  # bytes before ``offset`` compared on each read: a file rewritten under us is not appended to
+
+    def __init__(self, ident: tuple[int, int]):
+        self.ident, self.stamp = ident, None
+        self.offset, self.newlines, self.seam = 0, 0, b""
+        self.values: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+        self.rows: dict[int, dict[str, float]] = {}
+
+    def update(self, path: Path, st) -> bool:
+        """Take in what was appended since the last read; False if the file changed otherwise."""
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self.stamp:
+            return True
+        if (st.st_dev, st.st_ino) != self.ident or (self.stamp is not None and st.st_size <= self.offset):
+            return False
+        with open(path, "rb") as f:
+            f.seek(self.offset - len(self.seam))
+            data = f.read()
+        if not data.startswith(self.seam):
+            return False
+        data = data[len(self.seam):]
+        # Up to the last newline; a last line without one waits for it unless it is already a whole record.
+        end = data.rfind(b"\n") + 1
+        if data[end:].strip() and _record(data[end:]) is not None:
+            end = len(data)
+        self._take(path, data[:end])
+        self.offset += end
+        self.newlines += data[:end].count(b"\n")
+        self.seam = (self.seam + data[:end])[-self.SEAM:]
+        self.stamp = stamp
+        return True
+
+    def _take(self, path: Path, chunk: bytes) -> None:
+        touched, bad = set(), []
+        for i, line in enumerate(chunk.split(b"\n")):
+            if not line.strip():
+                continue
+            rec = _record(line)
+            if rec is None:
+                bad.append(self.newlines + i + 1)
+            elif isinstance(rec.get("round"), int):
+                touched.add(rec["round"])
+                for k, v in rec.items():
+                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in ("round", "time"):
+                        self.values[rec["round"]][k].append(float(v))
+        if bad:
+            log.warning("%s: skipped %d line(s) that are not JSON records: lines %s", path, len(bad), bad[:10])
+        for r in touched:
+            self.rows[r] = _aggregate(self.values[r])
+        if list(self.rows) != sorted(self.rows):
+            self.rows = dict(sorted(self.rows.items()))
+
+
+def _record(line: bytes) -> dict | None:
+    try:
+        rec = json.loads(line.decode("utf-8"))
+    except ValueError:  # UnicodeDecodeError, JSONDecodeError
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def _aggregate(values: dict[str, list[float]]) -> dict[str, float]:
+    return {k: sum(v) / len(v) if k.startswith(_AVERAGED) and k not in TOKENS else v[-1] for k, v in values.items()}
+
+
+_METRICS: dict[str, _MetricsReader] = {}
 
 
 def tiers(rows: dict[int, dict[str, float]], metric: str = M.ACCURACY) -> list[str]:

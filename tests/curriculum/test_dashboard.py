@@ -1,6 +1,7 @@
 """The local dashboard: built from a run directory's files, safe to open, served live."""
 import json
 import math
+import os
 import re
 import threading
 import types
@@ -94,6 +95,38 @@ def test_per_round_means_steps_and_skips_what_is_no_record(tmp_path):
     # No task accepted: the accepted tasks' mean level (logged as 0) is no point of the curve.
     rows[2]["curriculum/accepted"] = 0
     assert [r for r, _ in dashboard.series(rows, "curriculum/accepted_level_mean")] == [1, 3]
+
+
+def test_per_round_reads_only_the_lines_appended_since_its_last_call(tmp_path, monkeypatch):
+    from curriculum.dashboard import data
+
+    path = tmp_path / "metrics.jsonl"
+    step = lambda r, v: json.dumps({"round": r, "phase": "update_solver", "solver/reward_mean": v}) + "\n"  # noqa: E731
+    path.write_text(step(1, 0.2) + step(1, 0.4) + step(2, 0.6)[:20])  # round 2's line torn mid-write
+    parsed = []
+    real = data._record
+    monkeypatch.setattr(data, "_record", lambda line: parsed.append(line) or real(line))
+
+    def fresh():
+        data._METRICS.pop(str(path))
+        return dashboard.per_round(path)
+
+    rows = dashboard.per_round(path)
+    assert rows == {1: {"solver/reward_mean": pytest.approx(0.3)}}
+    with open(path, "a") as f:  # the writer finishes round 2's line, then another
+        f.write(step(2, 0.6)[20:] + step(2, 1.0))
+    parsed.clear()
+    rows = dashboard.per_round(path)
+    assert len(parsed) == 2 and rows == fresh() and rows[2]["solver/reward_mean"] == pytest.approx(0.8)
+    parsed.clear()
+    rows[1]["solver/reward_mean"] = 9.0  # a caller's change stays its own
+    assert dashboard.per_round(path)[1]["solver/reward_mean"] == pytest.approx(0.3) and parsed == []
+    # Cut back (a resume keeps the checkpoint's lines) or rewritten in place: read anew.
+    path.write_text(step(1, 0.2))
+    assert dashboard.per_round(path) == {1: {"solver/reward_mean": 0.2}}
+    path.write_text(step(1, 0.7))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**6))  # clocks coarser than two writes
+    assert dashboard.per_round(path) == {1: {"solver/reward_mean": 0.7}}
 
 
 def test_page_shows_the_curriculum_and_escapes_model_text(tmp_path):
