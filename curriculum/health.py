@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+from curriculum import metrics as M
+
 log = logging.getLogger("selfplay")
 
 Rows = dict[int, dict[str, float]]  # round -> metric -> value (dashboard.per_round)
@@ -42,11 +44,11 @@ def _series(rows: Rows, key: str) -> list[tuple[int, float]]:
 
 def _held_out(rows: Rows) -> tuple[str, list[tuple[int, float]]]:
     """The held-out score: mean@k where it is logged (what GRPO trains), else greedy accuracy."""
-    for key in ("eval/mean_at_k", "eval/accuracy"):
+    for key in (M.MEAN_AT_K, M.ACCURACY):
         s = _series(rows, key)
         if s:
             return key, s
-    return "eval/accuracy", []
+    return M.ACCURACY, []
 
 
 def _tail_all(s: list[tuple[int, float]], n: int, ok: Callable[[float], bool]) -> bool:
@@ -62,14 +64,15 @@ def solver_collapse(rows: Rows, c: Context) -> Fired | None:
     h = c.h
     n, low = h.collapse_rounds, h.collapse_score
     key, held = _held_out(rows)
-    reward = _series(rows, "solver/reward_mean")
-    entropy = _series(rows, "solver/entropy")
+    reward = _series(rows, M.SOLVER_REWARD)
+    entropy_key = M.of_role("solver", M.ENTROPY)
+    entropy = _series(rows, entropy_key)
     why = []
-    for name, s in ((key, held), ("solver/reward_mean", reward)):
+    for name, s in ((key, held), (M.SOLVER_REWARD, reward)):
         if _tail_all(s, n, lambda v: v <= low) and any(v > low for _, v in s[:-n]):
             why.append(f"{name} {s[-1][1]:.3f} <= {low} for {n} in a row (it was {max(v for _, v in s[:-n]):.3f})")
     if h.entropy_floor > 0 and _tail_all(entropy, n, lambda v: v <= h.entropy_floor):
-        why.append(f"solver/entropy {entropy[-1][1]:.4f} <= health.entropy_floor {h.entropy_floor}")
+        why.append(f"{entropy_key} {entropy[-1][1]:.4f} <= health.entropy_floor {h.entropy_floor}")
     if not why:
         return None
     values = {"held_out": held[-1][1] if held else math.nan, "reward": reward[-1][1] if reward else math.nan,
@@ -84,12 +87,12 @@ def forgetting(rows: Rows, c: Context) -> Fired | None:
     health.forget_margin below its best."""
     h = c.h
     worst = None
-    for key in sorted({k for m in rows.values() for k in m if k.startswith("eval/accuracy/tier_")}):
+    for key in sorted({k for m in rows.values() for k in m if M.level_of(k, M.ACCURACY) is not None}):
         s = _series(rows, key)
         best = max(v for _, v in s)
         now = s[-1][1]
         if best >= h.master_score and best - now > h.forget_margin and (worst is None or best - now > worst[1] - worst[2]):
-            worst = (int(key.rsplit("_", 1)[1]), best, now)
+            worst = (M.level_of(key, M.ACCURACY), best, now)
     if worst is None:
         return None
     level, best, now = worst
@@ -104,9 +107,8 @@ def stalled(rows: Rows, c: Context) -> Fired | None:
     health.stall_rounds rounds."""
     n = c.h.stall_rounds
     flat = {}
-    for key in ("eval/frontier_level", "curriculum/accepted_level_mean"):
-        s = [(r, v) for r, v in _series(rows, key)
-             if key != "curriculum/accepted_level_mean" or rows[r].get("curriculum/accepted", 1) > 0]
+    for key in (M.FRONTIER, M.ACCEPTED_LEVEL):
+        s = [(r, v) for r, v in _series(rows, key) if key != M.ACCEPTED_LEVEL or rows[r].get(M.ACCEPTED, 1) > 0]
         recent = [v for r, v in s if r > max(rows) - n]
         before = [v for r, v in s if r <= max(rows) - n]
         if not before or not recent:
@@ -143,7 +145,7 @@ def pool_starved(rows: Rows, c: Context) -> Fired | None:
     if not c.selfplay:
         return None
     n = c.h.pool_rounds
-    s = _series(rows, "curriculum/pool_size")
+    s = _series(rows, M.POOL_SIZE)
     if not _tail_all(s, n, lambda v: v < c.solver_batch):
         return None
     size = s[-1][1]
@@ -155,7 +157,7 @@ def pool_starved(rows: Rows, c: Context) -> Fired | None:
 
 
 def _valid(rows: Rows) -> list[tuple[int, float]]:
-    return _series(rows, "curriculum/valid_fraction") or _series(rows, "challenger/valid_fraction")
+    return _series(rows, M.VALID_FRACTION) or _series(rows, M.CHALLENGER_VALID)
 
 
 def challenger_invalid(rows: Rows, c: Context) -> Fired | None:
@@ -175,7 +177,7 @@ def challenger_invalid(rows: Rows, c: Context) -> Fired | None:
         r0, v0 = earlier[-1]
         cause = (f"it was {v0:.2f} at round {r0}: the challenger collapsed after an update. Lower "
                  "challenger.optim.lr or raise challenger.optim.warmup_steps (smaller first steps)")
-    reasons = {k.rsplit("/", 1)[1]: v for k, v in rows[max(rows)].items() if k.startswith("challenger/rejected/")}
+    reasons = {k.rsplit("/", 1)[1]: v for k, v in rows[max(rows)].items() if k.startswith(M.REJECTED + "/")}
     top = ", ".join(f"{k} {v:.0%}" for k, v in sorted(reasons.items(), key=lambda kv: -kv[1])[:3])
     return Fired({"valid_fraction": s[-1][1]}, f"challenger valid share {s[-1][1]:.2f}"
                  + (f" (rejected: {top})" if top else "") + f"; {cause}")
@@ -185,7 +187,7 @@ def challenger_collapse(rows: Rows, c: Context) -> Fired | None:
     """Distinct proposals (challenger/unique_fraction) at or below health.unique_floor, or the repetition
     penalty (challenger/repetition_mean) at or above health.repetition_ceiling: proposals in few clusters."""
     m = rows[max(rows)]
-    u, rep = m.get("challenger/unique_fraction"), m.get("challenger/repetition_mean")
+    u, rep = m.get(M.UNIQUE_FRACTION), m.get(M.REPETITION)
     why = []
     if u is not None and u <= c.h.unique_floor:
         why.append(f"distinct proposals {u:.2f} <= health.unique_floor {c.h.unique_floor}")
@@ -200,7 +202,7 @@ def challenger_collapse(rows: Rows, c: Context) -> Fired | None:
 
 def label_accuracy(rows: Rows, c: Context) -> Fired | None:
     """Pseudo-label accuracy (curriculum/label_accuracy) more than health.label_drop below its best."""
-    s = _series(rows, "curriculum/label_accuracy")
+    s = _series(rows, M.LABEL_ACCURACY)
     if not s:
         return None
     best, now = max(v for _, v in s), s[-1][1]
@@ -216,7 +218,7 @@ def no_signal(rows: Rows, c: Context) -> Fired | None:
     """The share of solver groups with no signal at or above health.no_signal_ceiling for
     health.no_signal_rounds rounds in a row."""
     n = c.h.no_signal_rounds
-    s = _series(rows, "solver/no_signal_fraction")
+    s = _series(rows, M.NO_SIGNAL)
     if not _tail_all(s, n, lambda v: v >= c.h.no_signal_ceiling):
         return None
     return Fired({"no_signal_fraction": s[-1][1]},
@@ -231,11 +233,11 @@ def kl(rows: Rows, c: Context) -> Fired | None:
     m = rows[max(rows)]
     why, values = [], {}
     for role in ("solver", "challenger"):
-        for key, ceiling in (("approx_kl", c.h.kl_ceiling), ("kl", c.h.kl_ceiling),
-                             ("engine_logprob_gap", c.h.logprob_gap_ceiling)):
-            v = m.get(f"{role}/{key}")
+        for key, ceiling in ((M.APPROX_KL, c.h.kl_ceiling), (M.KL, c.h.kl_ceiling),
+                             (M.ENGINE_LOGPROB_GAP, c.h.logprob_gap_ceiling)):
+            v = m.get(M.of_role(role, key))
             if v is not None and math.isfinite(v) and v > ceiling:
-                why.append(f"{role}/{key} {v:.3g} > {ceiling}")
+                why.append(f"{M.of_role(role, key)} {v:.3g} > {ceiling}")
                 values[f"{role}_{key}"] = v
     if not why:
         return None
@@ -247,8 +249,9 @@ def kl(rows: Rows, c: Context) -> Fired | None:
 def non_finite(rows: Rows, c: Context) -> Fired | None:
     """A non-finite loss or statistic of either role, or an update step skipped as non-finite."""
     m = rows[max(rows)]
-    bad = sorted(k for k, v in m.items() if k.startswith(("solver/", "challenger/")) and not math.isfinite(v))
-    skipped = {k: v for k, v in m.items() if k.endswith("/nonfinite_steps") and math.isfinite(v) and v > 0}
+    roles = tuple(M.of_role(role, "") for role in M.ROLES)
+    bad = sorted(k for k, v in m.items() if k.startswith(roles) and not math.isfinite(v))
+    skipped = {k: v for k, v in m.items() if k.endswith("/" + M.NONFINITE_STEPS) and math.isfinite(v) and v > 0}
     if not bad and not skipped:
         return None
     what = ", ".join(bad[:4] + [f"{k} {v:g}" for k, v in skipped.items()])
@@ -292,17 +295,17 @@ class Report:
 
     def metrics(self) -> dict[str, float]:
         """health/<name> (0/1) for every alarm, health/<name>/<value> for those on, health/active."""
-        out: dict[str, float] = {f"health/{name}": float(name in self.active) for name in ALARMS}
+        out: dict[str, float] = {M.alarm(name): float(name in self.active) for name in ALARMS}
         for name, fired in self.active.items():
-            out.update({f"health/{name}/{k}": float(v) for k, v in fired.values.items()})
-        out["health/active"] = float(len(self.active))
+            out.update({f"{M.alarm(name)}/{k}": float(v) for k, v in fired.values.items()})
+        out[M.HEALTH_ACTIVE] = float(len(self.active))
         return out
 
 
 def check(rows: Rows, r: int, c: Context, stop_on: list[str]) -> Report:
     """Round ``r``'s alarms against round ``r - 1``'s (both from ``rows``, the run's ``dashboard.per_round``;
     health/* records are left out): what started, what cleared, and whether an alarm in ``stop_on`` is on."""
-    rows = {k: {key: v for key, v in m.items() if not key.startswith("health/")} for k, m in rows.items()}
+    rows = {k: {key: v for key, v in m.items() if not key.startswith(M.HEALTH + "/")} for k, m in rows.items()}
     now = evaluate(upto(rows, r), c)
     before = evaluate(upto(rows, r - 1), c) if r - 1 in rows else {}
     stopping = [n for n in stop_on if n in now]
@@ -321,10 +324,11 @@ def log_report(report: Report, r: int) -> None:
 def timeline(rows: Rows) -> dict[str, list[int]]:
     """Alarm name -> the rounds at which health/<name> was logged 1 (for the dashboard)."""
     out: dict[str, list[int]] = {}
+    head = M.alarm("")
     for r, m in rows.items():
         for k, v in m.items():
-            name = k[len("health/"):]
-            if k.startswith("health/") and name in ALARMS and v == 1:
+            name = k[len(head):]
+            if k.startswith(head) and name in ALARMS and v == 1:
                 out.setdefault(name, []).append(r)
     return out
 

@@ -33,6 +33,9 @@ PSEUDO_LABEL_ACCURACY = "curriculum/pseudo_label_accuracy"
 CHALLENGER_VALID = "challenger/valid_fraction"
 CHALLENGER_REWARD = "challenger/reward_mean"
 CHALLENGER_SOLVE_RATE = "challenger/solve_rate_mean"
+UNIQUE_FRACTION = "challenger/unique_fraction"
+REPETITION = "challenger/repetition_mean"
+REJECTED = "challenger/rejected"  # per reason: REJECTED/<reason>, a share of the batch
 
 # ---- solver (its GRPO steps)
 SOLVER_REWARD = "solver/reward_mean"
@@ -45,10 +48,27 @@ DISTINCT_TASKS = "solver/distinct_tasks"
 REPLAYED = "solver/replayed_tasks"
 SKIPPED = "solver/skipped"
 SOLVE_RATE = "solver/solve_rate"  # per type only: per_type(SOLVE_RATE, T)
+TOOL_CALLS = "solver/tool_calls_mean"
+TOOL_ERROR_RATE = "solver/tool_error_rate"
+
+# ---- either role's GRPO step, logged as of_role(role, what)
+ROLES = ("challenger", "solver")
+GENERATED_TOKENS = "generated_tokens"  # cumulative over the run
+ENTROPY = "entropy"
+APPROX_KL = "approx_kl"
+KL = "kl"
+ENGINE_LOGPROB_GAP = "engine_logprob_gap"  # rollout.engine=vllm
+TIS_CAPPED = "tis_capped_frac"
+NONFINITE_STEPS = "nonfinite_steps"
+
+# ---- sandbox (environments that run code)
+SANDBOX_EXECUTIONS = "sandbox/executions"
+SANDBOX_TIMEOUTS = "sandbox/timeouts"
 
 # ---- time and health
 ROUND_S = "time/round_s"
 SANDBOX_S = "time/sandbox_s"
+HEALTH = "health"  # alarm(name): 0/1 per round; alarm(name)/<value>: the numbers behind it
 HEALTH_ACTIVE = "health/active"
 STOP_REASON = "health/stop_reason"
 
@@ -59,3 +79,28 @@ def per_level(name: str, level: int) -> str:
 
 def per_type(name: str, kind: str) -> str:
     return f"{name}/type_{kind}"
+
+
+def level_of(key: str, name: str) -> int | None:
+    """N of ``per_level(name, N)``; None for any other key."""
+    head = per_level(name, "")
+    return int(key[len(head):]) if key.startswith(head) and key[len(head):].isdigit() else None
+
+
+def type_of(key: str, name: str) -> str | None:
+    """K of ``per_type(name, K)``; None for any other key."""
+    head = per_type(name, "")
+    return key[len(head):] if key.startswith(head) and len(key) > len(head) and "/" not in key[len(head):] else None
+
+
+def quantile(name: str, q: str) -> str:
+    """One statistic of a metric logged as quantiles (pool.quantiles): q is mean, p10, p50 or p90."""
+    return f"{name}_{q}"
+
+
+def of_role(role: str, what: str) -> str:
+    return f"{role}/{what}"
+
+
+def alarm(name: str) -> str:
+    return f"{HEALTH}/{name}"

@@ -10,25 +10,27 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from curriculum import metrics as M
+
 log = logging.getLogger(__name__)
 
 # The per-round console line: (metric, format) in print order; absent metrics are left out.
 SUMMARY = [
-    ("eval/accuracy", "acc {:.3f}"), ("eval/mean_at_k", "mean@k {:.3f}"), ("eval/frontier_level", "frontier L{:.0f}"),
-    ("challenger/valid_fraction", "valid {:.2f}"), ("curriculum/accepted", "accepted {:.0f}"),
-    ("curriculum/accepted_level_mean", "at level {:.2f}"), ("curriculum/pool_size", "pool {:.0f}"),
-    ("curriculum/label_accuracy", "label acc {:.2f}"),
-    ("solver/reward_mean", "solver reward {:.3f}"), ("solver/no_signal_fraction", "no-signal {:.2f}"),
-    ("tokens", "tokens {}"), ("time/round_s", "{:.1f} s"),
+    (M.ACCURACY, "acc {:.3f}"), (M.MEAN_AT_K, "mean@k {:.3f}"), (M.FRONTIER, "frontier L{:.0f}"),
+    (M.CHALLENGER_VALID, "valid {:.2f}"), (M.ACCEPTED, "accepted {:.0f}"), (M.ACCEPTED_LEVEL, "at level {:.2f}"),
+    (M.POOL_SIZE, "pool {:.0f}"), (M.LABEL_ACCURACY, "label acc {:.2f}"),
+    (M.SOLVER_REWARD, "solver reward {:.3f}"), (M.NO_SIGNAL, "no-signal {:.2f}"),
+    ("tokens", "tokens {}"), (M.ROUND_S, "{:.1f} s"),  # tokens: both roles' generated tokens, summed here
 ]
-_AVERAGED = ("challenger/", "solver/")  # logged every step: the round's mean; the rest: its last value
+_AVERAGED = tuple(M.of_role(role, "") for role in M.ROLES)  # logged every step: the round's mean; else its last
+_TOKENS = tuple(M.of_role(role, M.GENERATED_TOKENS) for role in M.ROLES)  # cumulative: their last value
 
 
 def summary_line(r: int, rounds: int, values: dict[str, list[float]]) -> str:
     """``round 3/8 | acc 0.412 | ...`` from one round's logged values (see ``SUMMARY``)."""
-    agg = {k: (sum(v) / len(v) if k.startswith(_AVERAGED) and not k.endswith("generated_tokens") else v[-1])
+    agg = {k: (sum(v) / len(v) if k.startswith(_AVERAGED) and k not in _TOKENS else v[-1])
            for k, v in values.items() if v}
-    tokens = sum(agg.get(f"{role}/generated_tokens", 0) for role in ("challenger", "solver"))
+    tokens = sum(agg.get(k, 0) for k in _TOKENS)
     if tokens:
         agg["tokens"] = f"{tokens / 1e6:.2f}M" if tokens >= 1e5 else f"{tokens / 1e3:.1f}k"
     parts = [f"round {r}/{rounds}"] + [fmt.format(agg[k]) for k, fmt in SUMMARY if k in agg]

@@ -1,6 +1,7 @@
 """The local dashboard: built from a run directory's files, safe to open, served live."""
 import json
 import math
+import os
 import re
 import threading
 import types
@@ -94,6 +95,38 @@ def test_per_round_means_steps_and_skips_what_is_no_record(tmp_path):
     # No task accepted: the accepted tasks' mean level (logged as 0) is no point of the curve.
     rows[2]["curriculum/accepted"] = 0
     assert [r for r, _ in dashboard.series(rows, "curriculum/accepted_level_mean")] == [1, 3]
+
+
+def test_per_round_reads_only_the_lines_appended_since_its_last_call(tmp_path, monkeypatch):
+    from curriculum.dashboard import data
+
+    path = tmp_path / "metrics.jsonl"
+    step = lambda r, v: json.dumps({"round": r, "phase": "update_solver", "solver/reward_mean": v}) + "\n"  # noqa: E731
+    path.write_text(step(1, 0.2) + step(1, 0.4) + step(2, 0.6)[:20])  # round 2's line torn mid-write
+    parsed = []
+    real = data._record
+    monkeypatch.setattr(data, "_record", lambda line: parsed.append(line) or real(line))
+
+    def fresh():
+        data._METRICS.pop(str(path))
+        return dashboard.per_round(path)
+
+    rows = dashboard.per_round(path)
+    assert rows == {1: {"solver/reward_mean": pytest.approx(0.3)}}
+    with open(path, "a") as f:  # the writer finishes round 2's line, then another
+        f.write(step(2, 0.6)[20:] + step(2, 1.0))
+    parsed.clear()
+    rows = dashboard.per_round(path)
+    assert len(parsed) == 2 and rows == fresh() and rows[2]["solver/reward_mean"] == pytest.approx(0.8)
+    parsed.clear()
+    rows[1]["solver/reward_mean"] = 9.0  # a caller's change stays its own
+    assert dashboard.per_round(path)[1]["solver/reward_mean"] == pytest.approx(0.3) and parsed == []
+    # Cut back (a resume keeps the checkpoint's lines) or rewritten in place: read anew.
+    path.write_text(step(1, 0.2))
+    assert dashboard.per_round(path) == {1: {"solver/reward_mean": 0.2}}
+    path.write_text(step(1, 0.7))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**6))  # clocks coarser than two writes
+    assert dashboard.per_round(path) == {1: {"solver/reward_mean": 0.7}}
 
 
 def test_page_shows_the_curriculum_and_escapes_model_text(tmp_path):
@@ -213,6 +246,29 @@ def test_new_metrics_are_charted_when_present(tmp_path):
     assert "mean@k" not in bare and "<th>no signal</th>" not in bare
 
 
+TYPE_CHARTS = ["Held-out accuracy per task type", "Solver solve rate per task type", "Validity per task type"]
+
+
+def test_task_types_are_found_in_the_metric_names(tmp_path):
+    run = write_run(tmp_path / "typed")
+    with open(run / "metrics.jsonl", "a") as f:  # after the torn line: a writer that went on
+        f.write("\n")
+        for r in range(1, 4):
+            f.write(json.dumps({"round": r, "phase": "eval", "eval/accuracy/type_sorting": 0.2 * r,
+                                "eval/accuracy/type_zebra": 0.5, "solver/solve_rate/type_sorting": 0.1 * r,
+                                "challenger/valid_fraction/type_sorting": 0.9}) + "\n")
+    page = dashboard.render(run)
+    accuracy = figure(page, "Held-out accuracy per task type")
+    assert len(polyline(accuracy, "sorting")) == 3 and len(polyline(accuracy, "zebra")) == 3
+    assert [y for _, y in polyline(accuracy, "sorting")] == sorted((y for _, y in polyline(accuracy, "sorting")),
+                                                                     reverse=True)  # rising
+    assert len(polyline(figure(page, "Solver solve rate per task type"), "sorting")) == 3
+    assert "zebra" not in figure(page, "Solver solve rate per task type")  # only the types each metric names
+    assert len(polyline(figure(page, "Validity per task type"), "sorting")) == 3
+    # A run of untyped tasks: no per-type chart at all.
+    assert not set(TYPE_CHARTS) & set(captions(dashboard.render(write_run(tmp_path / "plain", extra=True))))
+
+
 def test_many_levels_stay_readable(tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -257,8 +313,8 @@ def test_task_logs_are_reread_only_when_a_file_changes(tmp_path, monkeypatch):
     run = write_run(tmp_path / "run")
     first = dashboard.render(run)
     reads = []
-    real = dashboard.load_records
-    monkeypatch.setattr(dashboard, "load_records", lambda path: reads.append(path.name) or real(path))
+    real = dashboard.data.load_records
+    monkeypatch.setattr(dashboard.data, "load_records", lambda path: reads.append(path.name) or real(path))
     assert dashboard.render(run) == first and reads == []  # every round's proposals and levels from the cache
     path = run / "tasks" / "round_0001.jsonl"
     path.write_text(path.read_text().replace('"level": 1', '"level": 4'))
