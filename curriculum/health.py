@@ -228,12 +228,12 @@ def no_signal(rows: Rows, c: Context) -> Fired | None:
 
 
 def kl(rows: Rows, c: Context) -> Fired | None:
-    """Either role's KL to its sampling policy or reference (approx_kl, kl) above health.kl_ceiling, or the
+    """Either role's KL to its sampling policy or reference (approx_kl, kl_ref) above health.kl_ceiling, or the
     engine log-prob gap above health.logprob_gap_ceiling."""
     m = rows[max(rows)]
     why, values = [], {}
     for role in ("solver", "challenger"):
-        for key, ceiling in ((M.APPROX_KL, c.h.kl_ceiling), (M.KL, c.h.kl_ceiling),
+        for key, ceiling in ((M.APPROX_KL, c.h.kl_ceiling), (M.KL_REF, c.h.kl_ceiling),
                              (M.ENGINE_LOGPROB_GAP, c.h.logprob_gap_ceiling)):
             v = m.get(M.of_role(role, key))
             if v is not None and math.isfinite(v) and v > ceiling:

@@ -56,7 +56,7 @@ ROLES = ("challenger", "solver")
 GENERATED_TOKENS = "generated_tokens"  # cumulative over the run
 ENTROPY = "entropy"
 APPROX_KL = "approx_kl"
-KL = "kl"
+KL_REF = "kl_ref"  # to the reference model, loss.kl_coef > 0
 ENGINE_LOGPROB_GAP = "engine_logprob_gap"  # rollout.engine=vllm
 TIS_CAPPED = "tis_capped_frac"
 NONFINITE_STEPS = "nonfinite_steps"

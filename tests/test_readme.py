@@ -62,7 +62,9 @@ def test_every_metric_constant_is_documented():
     text = (ROOT / "docs" / "metrics.md").read_text()
     constants = {v for k, v in vars(metrics).items() if k.isupper() and isinstance(v, str)}
     assert constants
-    assert not {c for c in constants if f"`{c}" not in text}, "add them to docs/metrics.md"
+    # a role's stat (``of_role``) is documented as `challenger/x`, `solver/x`; HEALTH as `health/<alarm>`
+    missing = {c for c in constants if f"`{c}" not in text and ("/" in c or f"/{c}`" not in text)}
+    assert not missing, f"add them to docs/metrics.md: {sorted(missing)}"
 
 
 def _prose(text: str) -> str:

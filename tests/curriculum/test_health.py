@@ -63,6 +63,7 @@ CASES = {
     "label_accuracy": ("label_accuracy", broken(range(5, 7), **{"curriculum/label_accuracy": 0.5}), [5, 6]),
     "no_signal": ("no_signal", broken(range(4, 8), **{"solver/no_signal_fraction": 0.95}), [6, 7]),
     "kl": ("kl", broken(range(5, 6), **{"solver/approx_kl": 5.0}), [5]),
+    "kl/reference": ("kl", broken(range(5, 6), **{"challenger/kl_ref": 5.0}), [5]),  # what the loss logs
     "kl/logprob_gap": ("kl", broken(range(5, 6), **{"solver/engine_logprob_gap": 0.9}), [5]),
     "non_finite/loss": ("non_finite", broken(range(5, 6), **{"solver/loss": math.nan}), [5]),
     "non_finite/skipped": ("non_finite", broken(range(5, 7), **{"challenger/nonfinite_steps": 1.0}), [5, 6]),
