@@ -1,6 +1,6 @@
 """Which task format and position scheme let the embedded model solve a level longer than any it was taught?
 
-    python scripts/length_probe.py [--format spaced|hinted] [--position nope|rope] [--max-level 4]
+    python scripts/length_probe.py [--format spaced|hinted] [--position nope|rope|local] [--window 8] [--max-level 4]
         [--steps 1200] [--every 200] [--then 0] [--seed 0]
 
 A supervised warm-up on hinted-ladder tasks of levels 1..max-level (the embedded tiny model, the
@@ -56,7 +56,8 @@ def greedy_accuracy(model, tok, prompt, tasks: dict[int, list[str]]) -> dict[int
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--format", choices=sorted(FORMATS), default="spaced")
-    p.add_argument("--position", choices=["nope", "rope"], default="nope")
+    p.add_argument("--position", choices=["local", "nope", "rope"], default="nope")
+    p.add_argument("--window", type=int, default=8, help="local: the sliding window of the rotary layers")
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--max-level", type=int, default=4)
@@ -69,7 +70,7 @@ def main() -> None:
     prompt = FORMATS[a.format]
     tok = tiny.build_tokenizer()
     torch.manual_seed(a.seed)
-    model = tiny.build_model(tok, a.hidden, a.layers, 4, 256, a.position)
+    model = tiny.build_model(tok, a.hidden, a.layers, 4, 256, a.position, a.window)
     rng, test_rng = random.Random(a.seed), random.Random(12345)
     tasks = {level: [digits(test_rng, level) for _ in range(64)] for level in range(1, 11)}
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)  # the warm-up's optimizer and schedule

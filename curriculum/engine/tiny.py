@@ -48,10 +48,16 @@ def build_tokenizer() -> PreTrainedTokenizerFast:
 
 
 def build_model(tokenizer, hidden_size: int, layers: int, heads: int, max_positions: int,
-                position: str = "rope") -> PreTrainedModel:
-    """A tiny Llama (``position="rope"``), or the same blocks with no position embedding at all
-    (``"nope"``: SmolLM3's architecture with RoPE off in every layer, a stock transformers class, so
-    checkpoints load with ``AutoModelForCausalLM`` and run on sequences longer than any trained on)."""
+                position: str = "rope", window: int = 8) -> PreTrainedModel:
+    """A tiny Llama (``position="rope"``), or the same blocks on SmolLM3's architecture, a stock
+    transformers class, so checkpoints load with ``AutoModelForCausalLM``:
+
+    - ``"nope"``: no position embedding in any layer (positions are told only by the causal mask);
+    - ``"local"``: layers alternate, starting with a local one: rotary embeddings over a sliding
+      window of ``window`` tokens, then global attention without positions (Llama 4's interleaved
+      scheme). Local layers only ever see distances below ``window``, global ones no distances at
+      all, so neither meets a position it was not trained on, however long the sequence.
+    """
     kwargs = dict(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
@@ -67,6 +73,11 @@ def build_model(tokenizer, hidden_size: int, layers: int, heads: int, max_positi
     )
     if position == "nope":
         return SmolLM3ForCausalLM(SmolLM3Config(**kwargs, no_rope_layers=[0] * layers, use_sliding_window=False))
+    if position == "local":
+        local = [i % 2 == 0 for i in range(layers)]  # no_rope_layers: 1 = this layer uses rope
+        return SmolLM3ForCausalLM(SmolLM3Config(
+            **kwargs, no_rope_layers=[int(x) for x in local], use_sliding_window=True, sliding_window=window,
+            layer_types=["sliding_attention" if x else "full_attention" for x in local]))
     return LlamaForCausalLM(LlamaConfig(**kwargs))
 
 

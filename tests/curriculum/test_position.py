@@ -41,3 +41,19 @@ def test_nope_runs_past_max_positions_and_round_trips(tmp_path):
 def test_unknown_position_scheme_is_refused():
     with pytest.raises(ConfigError, match="model.tiny.position 'alibi'; choose rope or nope"):
         load_config("configs/demo_cpu.yaml", ["model.tiny.position=alibi"])
+
+
+def test_local_window_runs_past_max_positions_and_its_cache_matches_a_full_forward():
+    """position="local" (scripts/length_probe.py): sliding-window RoPE layers between global NoPE ones."""
+    tok = build_tokenizer()
+    torch.manual_seed(0)
+    model = build_model(tok, 32, 2, 2, 16, "local", window=4).eval()
+    assert model.config.layer_types == ["sliding_attention", "full_attention"]
+    prompt = torch.tensor([tok.encode("31415926535897932384", add_special_tokens=True)])  # past max_positions
+    with torch.no_grad():
+        out = model.generate(prompt, max_new_tokens=12, do_sample=False, pad_token_id=tok.pad_token_id,
+                             eos_token_id=None)
+        full = model(input_ids=out[:, :-1]).logits.argmax(-1)
+    new = out[:, prompt.shape[1]:]
+    assert new.shape[1] == 12
+    assert torch.equal(full[:, prompt.shape[1] - 1:], new)  # the windowed cache sees what a full pass sees
