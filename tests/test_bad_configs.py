@@ -17,6 +17,7 @@ import pytest
 
 from curriculum import cli
 from curriculum.config import MAX_CONFIG_BYTES
+from tests import cli_runner
 from tests.conftest import TINY_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -303,11 +304,11 @@ def test_lora_targets_that_the_model_lacks_are_named(tmp_path):
     assert "q_proj" in proc.stderr and "down_proj" in proc.stderr
 
 
-@pytest.mark.slow
 def test_a_run_directory_that_cannot_be_created_is_named(tmp_path):
+    """In this process, its log lines on stderr as the real CLI prints them (``tests/cli_runner.py``)."""
     (tmp_path / "file").write_text("not a directory")
     run = tmp_path / "file" / "run"
-    proc = selfplay(*tiny_train(tmp_path, f"run.dir={run}"), timeout=300)
+    proc = cli_runner.in_process(*tiny_train(tmp_path, f"run.dir={run}"), check=False)
     assert_refused(proc.returncode, proc.stdout, proc.stderr, f"selfplay: cannot write {run}: Not a directory")
 
 

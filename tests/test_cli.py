@@ -1,6 +1,8 @@
-"""The real CLI in a subprocess: a couple of tiny rounds, then resume, eval and status; and the
-commands that train nothing (status, validate, config-keys, --help, --version) on their own."""
-import functools
+"""The CLI end to end: a couple of tiny rounds, then resume, eval and status; and the commands that
+train nothing (status, validate, config-keys, --help, --version) on their own. ``selfplay`` runs
+``curriculum.cli.main`` in this process; a real process (``real_process``) where the process is the
+point: import-time noise on a CPU run, a plugin found by a fresh interpreter, OMP_WAIT_POLICY before
+torch loads."""
 import json
 import os
 import re
@@ -14,23 +16,17 @@ import pytest
 from curriculum.checkpoint import CheckpointManager
 from curriculum.config import load_config, to_yaml, valid_keys
 from curriculum.rundir import RunDir, RunLock
+from tests.cli_runner import in_process as selfplay
+from tests.cli_runner import real_process
 from tests.conftest import TINY_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def selfplay(*args, check=True):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_SILENT": "true"}
-    proc = subprocess.run([sys.executable, "-m", "curriculum.cli", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"selfplay {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return proc
-
-
 def assert_quiet(proc):
     """No library noise: no deprecation warnings, and deepspeed (which announces its accelerator
-    when imported) stays unimported in a distributed.engine=torch run."""
+    when imported) stays unimported in a distributed.engine=torch run. In this process (``selfplay``)
+    that is the warnings a fresh interpreter would show; import-time noise needs ``real_process``."""
     out = proc.stdout + proc.stderr
     for noise in ("Warning:", "is deprecated", "Setting accelerator to CPU"):
         assert noise not in out, f"{noise!r} in the output of a CPU run:\n{out[-3000:]}"
@@ -45,9 +41,9 @@ def strip_times(records):
 
 
 @pytest.mark.slow
-def test_train_resume_eval_status(tmp_path):
+def test_train_resume_eval_status(tmp_path, warmup_cache_override):
     run = tmp_path / "run"
-    common = TINY_OVERRIDES + [f"model.warmup.cache_dir={tmp_path / 'cache'}", "wandb.mode=offline"]
+    common = TINY_OVERRIDES + [warmup_cache_override, "wandb.mode=offline"]
     first = selfplay("train", "configs/demo_cpu.yaml", *common, "train.rounds=2", "--run-dir", run)
     assert_quiet(first)
 
@@ -104,8 +100,8 @@ def test_train_resume_eval_status(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_matches_uninterrupted_run(tmp_path):
-    common = TINY_OVERRIDES + [f"model.warmup.cache_dir={tmp_path / 'cache'}"]
+def test_resume_matches_uninterrupted_run(tmp_path, warmup_cache_override):
+    common = TINY_OVERRIDES + [warmup_cache_override]
     straight, split = tmp_path / "straight", tmp_path / "split"
     selfplay("train", "configs/demo_cpu.yaml", *common, "train.rounds=3", "--run-dir", straight)
     selfplay("train", "configs/demo_cpu.yaml", *common, "train.rounds=1", "--run-dir", split)
@@ -124,9 +120,9 @@ def test_config_error_exit_code(tmp_path):
 
 
 @pytest.mark.slow
-def test_sandboxed_environment_runs_in_the_loop(tmp_path):
+def test_sandboxed_environment_runs_in_the_loop(tmp_path, warmup_cache_override):
     run = tmp_path / "code"
-    selfplay("train", "configs/code_output_cpu.yaml", *TINY_OVERRIDES, f"model.warmup.cache_dir={tmp_path / 'cache'}",
+    selfplay("train", "configs/code_output_cpu.yaml", *TINY_OVERRIDES, warmup_cache_override,
              "env.kwargs={num_levels: 3, max_chars: 60}", "model.tiny.max_positions=128",
              "challenger.sampling.max_new_tokens=64", "train.rounds=1", "--run-dir", run)
     recs = metrics(run)
@@ -137,11 +133,11 @@ def test_sandboxed_environment_runs_in_the_loop(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_solver_calls_its_tools_in_the_loop(tmp_path):
+def test_the_solver_calls_its_tools_in_the_loop(tmp_path, warmup_cache_override):
     """configs/tools_cpu.yaml for a round, shrunk: the warmed-up solver calls Python, the sandbox answers,
     and the answers are scored with and without the tools; then `selfplay eval` scores the same."""
     run = tmp_path / "tools"
-    proc = selfplay("train", "configs/tools_cpu.yaml", f"model.warmup.cache_dir={tmp_path / 'cache'}",
+    proc = selfplay("train", "configs/tools_cpu.yaml", warmup_cache_override,
                     "model.warmup.steps=150", "solver.batch_prompts=4", "solver.group_size=4", "solver.steps=1",
                     "eval.per_level=4", "train.rounds=1", "--run-dir", run)
     assert_quiet(proc)
@@ -160,11 +156,11 @@ def test_the_solver_calls_its_tools_in_the_loop(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_challenger_proposes_through_the_turn_loop(tmp_path):
+def test_the_challenger_proposes_through_the_turn_loop(tmp_path, warmup_cache_override):
     """challenger.tools for a tiny round: the challenger's prompts announce the tools, its proposals go
     through the multi-turn sampler and its tool use is logged."""
     run = tmp_path / "run"
-    proc = selfplay("train", "configs/demo_cpu.yaml", *TINY_OVERRIDES, f"model.warmup.cache_dir={tmp_path / 'cache'}",
+    proc = selfplay("train", "configs/demo_cpu.yaml", *TINY_OVERRIDES, warmup_cache_override,
                     "challenger.tools=[python]", "challenger.tool_prompt='py: '", "challenger.sampling.max_new_tokens=32",
                     "train.rounds=1", "--run-dir", run)
     assert_quiet(proc)
@@ -180,8 +176,25 @@ def test_the_challenger_proposes_through_the_turn_loop(tmp_path):
     assert all(t["trajectory"].endswith(t["text"]) for t in tasks)  # the proposal is the last turn
 
 
+@pytest.fixture
+def registries():
+    """What a run.plugins file registers in this process is gone after the test (and its module with it)."""
+    from challenger.rewards import FRONTIER_REWARDS
+    from curriculum.envs.registry import ENVIRONMENTS
+
+    saved = [(table, dict(table)) for table in (ENVIRONMENTS, FRONTIER_REWARDS)]
+    modules = set(sys.modules)
+    yield
+    for table, before in saved:
+        table.clear()
+        table.update(before)
+    for name in set(sys.modules) - modules:
+        if name.startswith("selfplay_plugin_"):
+            del sys.modules[name]
+
+
 @pytest.mark.slow
-def test_plugins_from_the_readme_train_and_resume(tmp_path):
+def test_plugins_from_the_readme_train_and_resume(tmp_path, warmup_cache_override, registries):
     """The README's environment and reward, as a run.plugins file: train, then resume in a fresh process."""
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Plugging in your own", 1)[1]
@@ -189,13 +202,13 @@ def test_plugins_from_the_readme_train_and_resume(tmp_path):
     plugin = tmp_path / "my_envs.py"
     plugin.write_text("\n\n".join(blocks[:2]))  # the environment, then the reward
     run = tmp_path / "run"
-    common = TINY_OVERRIDES + [f"model.warmup.cache_dir={tmp_path / 'cache'}", f"run.plugins=[{plugin}]",
+    common = TINY_OVERRIDES + [warmup_cache_override, f"run.plugins=[{plugin}]",
                                "env.name=reverse", "reward.frontier=gaussian"]
     selfplay("train", "configs/demo_cpu.yaml", *common, "train.rounds=1", "--run-dir", run)
     tasks = [json.loads(line) for line in (run / "tasks" / "round_0001.jsonl").read_text().splitlines()]
     assert any(t["rejected"] == "not a word of 3-5 letters" for t in tasks)  # the plugin's parser ran
     assert {t["task"]["level"] for t in tasks if t["task"]} <= {1, 2, 3}
-    selfplay("train", "--resume", run, "train.rounds=2")  # a new interpreter finds the plugin via config.yaml
+    real_process("train", "--resume", run, "train.rounds=2")  # a new interpreter finds the plugin via config.yaml
     assert max(r["round"] for r in metrics(run)) == 2
     missing = selfplay("train", "configs/demo_cpu.yaml", "run.plugins=[nowhere.py]", check=False)
     assert missing.returncode == 2 and f"run.plugins: cannot import '{ROOT / 'nowhere.py'}'" in missing.stderr
@@ -205,15 +218,16 @@ def test_plugins_from_the_readme_train_and_resume(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_lora_run_from_a_model_directory_is_quiet(tmp_path):
-    """from_pretrained (model.path, eval) and peft (LoRA) print no deprecation warnings."""
-    common = TINY_OVERRIDES + [f"model.warmup.cache_dir={tmp_path / 'cache'}", "train.rounds=1"]
+def test_a_lora_run_from_a_model_directory_is_quiet(tmp_path, warmup_cache_override):
+    """from_pretrained (model.path, eval) and peft (LoRA) print no deprecation warnings; the LoRA run and its
+    eval in real processes, so that what importing transformers, peft and deepspeed prints counts too."""
+    common = TINY_OVERRIDES + [warmup_cache_override, "train.rounds=1"]
     assert_quiet(selfplay("train", "configs/demo_cpu.yaml", *common, "--run-dir", tmp_path / "base"))
     model = tmp_path / "base" / "checkpoints" / "round_0001" / "solver"
     lora = tmp_path / "lora"
-    assert_quiet(selfplay("train", "configs/demo_cpu.yaml", *common, f"model.path={model}", "model.lora.enabled=true",
-                          "--run-dir", lora))
-    assert_quiet(selfplay("eval", lora))
+    assert_quiet(real_process("train", "configs/demo_cpu.yaml", *common, f"model.path={model}",
+                              "model.lora.enabled=true", "--run-dir", lora))
+    assert_quiet(real_process("eval", lora))
 
 
 # ----------------------------------------------------------------------------- fast: no training
@@ -350,7 +364,9 @@ def test_omp_wait_policy_defaults_to_passive_before_torch_loads():
     code = "import os, sys, curriculum.cli; print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     env["PYTHONPATH"] = str(ROOT)
-    run = functools.partial(subprocess.run, [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                            check=True)
-    assert run(env=env).stdout.split() == ["PASSIVE", "False"]  # set, and torch not yet loaded
-    assert run(env={**env, "OMP_WAIT_POLICY": "ACTIVE"}).stdout.split() == ["ACTIVE", "False"]  # the user's wins
+
+    def run(env):
+        return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True, env=env)
+
+    assert run(env).stdout.split() == ["PASSIVE", "False"]  # set, and torch not yet loaded
+    assert run({**env, "OMP_WAIT_POLICY": "ACTIVE"}).stdout.split() == ["ACTIVE", "False"]  # the user's wins

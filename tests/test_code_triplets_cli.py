@@ -1,4 +1,4 @@
-"""configs/code_cpu.yaml through the real CLI: Absolute Zero's three task types in the loop, their per-type
+"""configs/code_cpu.yaml through the CLI (in this process): Absolute Zero's three task types in the loop, their per-type
 metrics and the sandbox's executions per round; then the uniform arm on the program generator."""
 import json
 
@@ -14,10 +14,10 @@ SMALL = ["model.warmup.steps=250", "challenger.batch_prompts=3", "solver.batch_p
          "wandb.mode=disabled"]
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """One warm-up for both runs (the arm is not part of its key)."""
-    return f"model.warmup.cache_dir={tmp_path_factory.mktemp('cache')}"
+@pytest.fixture
+def cache(warmup_cache_override):
+    """One warm-up for both runs (the arm is not part of its key), the session's."""
+    return warmup_cache_override
 
 
 def records(run, phase):

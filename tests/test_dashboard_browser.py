@@ -6,15 +6,14 @@ import html.parser
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
+from tests.cli_runner import in_process
 from tests.conftest import TINY_OVERRIDES, missing_tool
 
-ROOT = Path(__file__).resolve().parents[1]
 INSTALL = "apt-get install -y --no-install-recommends chromium"
 WIDTH, HEIGHT = 1400, 2000
 
@@ -71,13 +70,10 @@ class PageParts(html.parser.HTMLParser):
 
 
 @pytest.mark.slow
-def test_dashboard_of_a_real_run_in_chromium(tmp_path):
+def test_dashboard_of_a_real_run_in_chromium(tmp_path, warmup_cache_override):
     run = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "curriculum.cli", "train", "configs/demo_cpu.yaml", *TINY_OVERRIDES,
-                           "train.rounds=2", f"run.dir={run}", f"model.warmup.cache_dir={tmp_path / 'cache'}"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    in_process("train", "configs/demo_cpu.yaml", *TINY_OVERRIDES, "train.rounds=2", f"run.dir={run}",
+               warmup_cache_override, "run.threads=1")
     page = run / "dashboard.html"  # written by the trainer after the last round
 
     parts = PageParts()

@@ -1,6 +1,7 @@
 """Several processes on CPU (torchrun, gloo, DeepSpeed ZeRO): sharding, equivalence, N -> M resume.
 
-The slow tests launch real 2-process runs. DeepSpeed JIT-compiles a communication
+The slow tests launch real 2-process runs; their one-process references and resumes run the CLI in
+this process. DeepSpeed JIT-compiles a communication
 extension on its first start (about a minute), cached under TORCH_EXTENSIONS_DIR
 (default here: ~/.cache/selfplay/torch_extensions).
 
@@ -23,6 +24,7 @@ from curriculum.engine.distributed import SingleProcess, check_world, deepspeed_
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from tests.cli_runner import in_process, real_process  # noqa: E402
 from tests.conftest import TINY_OVERRIDES  # noqa: E402
 
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path("~/.cache/selfplay/torch_extensions").expanduser()))
@@ -129,15 +131,11 @@ def test_deepspeed_config_from_run_config(tmp_path):
 
 
 def selfplay(*args, nproc: int = 0) -> subprocess.CompletedProcess:
-    """The CLI in 1 process, or under ``torchrun --nproc_per_node nproc``."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)]
-                if nproc else [sys.executable])
-    proc = subprocess.run([*launcher, "-m", "curriculum.cli", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    if proc.returncode != 0:
-        raise AssertionError(f"selfplay {' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stderr[-5000:]}")
-    return proc
+    """The CLI in this process on one thread, or under ``torchrun --nproc_per_node nproc`` (one thread a rank)."""
+    if not nproc:
+        return in_process(*args, "run.threads=1")
+    return real_process(*args, env={"OMP_NUM_THREADS": "1"},
+                        launcher=("-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc)))
 
 
 def weights(run: Path, name: str) -> dict[str, dict[str, torch.Tensor]]:
@@ -180,8 +178,8 @@ def assert_same_run(a: Path, b: Path, name: str, upto_round: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
+def cache(warmup_cache):
+    return warmup_cache
 
 
 @pytest.fixture(scope="module")

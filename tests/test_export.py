@@ -1,9 +1,6 @@
 """`selfplay export`: a checkpointed role as a directory transformers (or peft) loads, answering
 as the checkpointed role does; the run directory is only read."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,25 +16,21 @@ from curriculum.engine.tiny import build_model, build_tokenizer
 from curriculum.envs import make_env
 from curriculum.rundir import RunDir, RunLock
 from curriculum.warmup import load_role
+from tests.cli_runner import in_process
 from tests.conftest import TINY_OVERRIDES
 from tests.hf_models import hf_answers, prompts, trainer_answers
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def train(run: Path, cache: Path, *overrides: str) -> Path:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_SILENT": "true"}
-    proc = subprocess.run([sys.executable, "-m", "curriculum.cli", "train", "configs/demo_cpu.yaml", *TINY_OVERRIDES,
-                           f"model.warmup.cache_dir={cache}", "model.warmup.steps=100", "train.rounds=1", *overrides, "--run-dir", str(run)],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    """One round of `selfplay train`, in this process."""
+    in_process("train", "configs/demo_cpu.yaml", *TINY_OVERRIDES, f"model.warmup.cache_dir={cache}",
+               "model.warmup.steps=100", "train.rounds=1", *overrides, "--run-dir", run)
     return run
 
 
 @pytest.fixture(scope="module")
-def full_run(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("full")
-    return train(tmp / "run", tmp / "cache")
+def full_run(tmp_path_factory, warmup_cache):
+    return train(tmp_path_factory.mktemp("full") / "run", warmup_cache)
 
 
 def export(capsys, *args) -> tuple[int, str, str]:
@@ -160,8 +153,8 @@ def test_export_lora_merged_and_as_an_adapter(lora_run, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_export_a_trained_lora_run(tmp_path, capsys):
-    run = train(tmp_path / "run", tmp_path / "cache", "model.lora.enabled=true")
+def test_export_a_trained_lora_run(tmp_path, capsys, warmup_cache):
+    run = train(tmp_path / "run", warmup_cache, "model.lora.enabled=true")
     rc, out, err = export(capsys, run, "--merge", "--out", tmp_path / "merged")
     assert rc == 0, err
     assert_loads_and_answers_as(tmp_path / "merged", *checkpointed(run, "solver", "round_0001"))

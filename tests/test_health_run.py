@@ -1,4 +1,4 @@
-"""Health alarms in real runs: the demo raises none; a solver driven to collapse raises solver_collapse,
+"""Health alarms in real runs (the CLI in this process): the demo raises none; a solver driven to collapse raises solver_collapse,
 health.stop_on ends that run with a checkpoint, and a resume carries the alarms on exactly."""
 import json
 

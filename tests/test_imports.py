@@ -4,6 +4,7 @@ Every import counts, at module level or inside a function, and so does
 ``importlib.import_module("...")`` with a literal name.
 """
 import ast
+import concurrent.futures
 import os
 import subprocess
 import sys
@@ -138,7 +139,7 @@ TRANSITIVE_FORBIDDEN = {
 ENGINE = sorted(m for m in MODULES if m.startswith("curriculum.engine") and m != "curriculum.engine.vllm_engine")
 
 
-def loaded_by(module: str, by_path: bool = False) -> set[str]:
+def _loaded_by(module: str, by_path: bool = False) -> set[str]:
     """Project modules in sys.modules after importing ``module`` alone, in a fresh interpreter; ``by_path``
     runs its file alone, without the packages above it (their ``__init__`` would count otherwise)."""
     load = (f"import importlib.util as u; s = u.spec_from_file_location('m', {str(MODULES[module])!r}); "
@@ -147,6 +148,22 @@ def loaded_by(module: str, by_path: bool = False) -> set[str]:
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     return {m for m in out.split() if m.split(".")[0] in PACKAGES}
+
+
+# Every fresh interpreter the tests below ask for, started a few at a time on the first call (each
+# spends its ~2 s importing torch on one core): the same interpreters, not one after another.
+FRESH = [(m, False) for m in [*ENGINE, "curriculum.config", "solver.role", "curriculum.trainer",
+                              "curriculum.config.paths"]] + [("curriculum.config.schema", True)]
+_LOADED: dict[tuple[str, bool], set[str]] = {}
+
+
+def loaded_by(module: str, by_path: bool = False) -> set[str]:
+    if not _LOADED:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+            _LOADED.update(zip(FRESH, pool.map(lambda args: _loaded_by(*args), FRESH)))
+    if (module, by_path) not in _LOADED:
+        _LOADED[module, by_path] = _loaded_by(module, by_path)
+    return _LOADED[module, by_path]
 
 
 @pytest.mark.parametrize("module", [*ENGINE, "curriculum.config"])

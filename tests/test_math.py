@@ -2,10 +2,7 @@
 offline): chat prompts, majority pseudo-labels and their shares, label accuracy, pool tasks that
 keep their label; and the environment's parsing and generator on literal inputs."""
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +11,7 @@ from curriculum.engine.prompts import encode_prompt, render_prompt
 from curriculum.engine.rollout import Completion
 from curriculum.envs import InvalidProposal, make_env
 from solver.verifier import math_equal
+from tests.cli_runner import in_process
 from tests.hf_models import qwen_tokenizer, save_qwen
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -116,11 +114,7 @@ def test_pool_tasks_carry_the_majority_label_and_its_share(tmp_path, monkeypatch
 
 
 def selfplay(*args):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_SILENT": "true", "OMP_WAIT_POLICY": "PASSIVE"}
-    proc = subprocess.run([sys.executable, "-m", "curriculum.cli", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc
+    return in_process(*args)
 
 
 @pytest.mark.slow

@@ -1,15 +1,12 @@
-"""Every curriculum arm runs through the real CLI, logs what the comparison reads, and resumes exactly."""
+"""Every curriculum arm runs through the CLI (in this process), logs what the comparison reads, and
+resumes exactly."""
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_runner import in_process
 from tests.conftest import TINY_OVERRIDES
-
-ROOT = Path(__file__).resolve().parents[1]
 ARMS = {
     "uniform_filtered": ["curriculum.mode=uniform_filtered", "curriculum.filter_max_batches=3"],
     "adaptive": ["curriculum.mode=adaptive", "curriculum.max_level=2"],
@@ -19,11 +16,7 @@ ARMS = {
 
 
 def train(*args):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "curriculum.cli", "train", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return proc
+    return in_process("train", *args)
 
 
 def records(run: Path) -> list[dict]:
@@ -33,10 +26,10 @@ def records(run: Path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arm", sorted(ARMS))
-def test_arm_logs_the_comparison_metrics_and_resumes_exactly(tmp_path, arm):
+def test_arm_logs_the_comparison_metrics_and_resumes_exactly(tmp_path, arm, warmup_cache_override):
     # a warm-up long enough for valid proposals and some solved tasks, so every arm has groups that teach
     common = [*TINY_OVERRIDES, *ARMS[arm], "model.warmup.steps=300", "model.warmup.challenger_fraction=0.7",
-              f"model.warmup.cache_dir={tmp_path / 'cache'}", "eval.samples=2",
+              warmup_cache_override, "run.threads=1", "eval.samples=2",
               "eval.temperature=1.0", "solver.batch_prompts=4"]
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     proc = train("configs/demo_cpu.yaml", *common, "train.rounds=2", f"run.dir={straight}")

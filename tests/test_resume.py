@@ -1,4 +1,5 @@
-"""Stop anywhere, resume exactly: SIGKILL at random moments, SIGTERM mid-phase, corrupt checkpoints."""
+"""Stop anywhere, resume exactly: SIGKILL at random moments, SIGTERM mid-phase, corrupt checkpoints.
+The runs that are killed or signalled are real processes; the rest (``selfplay``) run in this process."""
 import os
 import random
 import signal
@@ -27,8 +28,8 @@ def final_weights(run: Path, name: str = "round_0003") -> dict[str, bytes]:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
+def cache(warmup_cache):
+    return warmup_cache
 
 
 def run_overrides(cache) -> list[str]:

@@ -1,4 +1,5 @@
-"""One owner per run directory: the trainer's lock, read-only readers, resumes that cannot break a run."""
+"""One owner per run directory: the trainer's lock, read-only readers, resumes that cannot break a run.
+The lock's other holder is a real process; the CLI runs in this process."""
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from curriculum.rundir import RunDir, RunLock, RunLocked, lock_holder, run_status
+from tests.cli_runner import in_process
 from tests.conftest import TINY_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,8 +34,7 @@ def hold_lock(run: Path) -> subprocess.Popen:
 
 
 def selfplay(*args):
-    return subprocess.run([sys.executable, "-m", "curriculum.cli", *map(str, args)], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=600)
+    return in_process(*args, check=False)
 
 
 def test_a_second_holder_is_refused_with_pid_and_host_until_the_first_dies(tmp_path):
@@ -65,9 +66,9 @@ def test_status_reads_without_writing(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_live_run_refuses_train_and_resume_and_keeps_its_files(tmp_path):
+def test_a_live_run_refuses_train_and_resume_and_keeps_its_files(tmp_path, warmup_cache_override):
     run = tmp_path / "run"
-    common = [*TINY_OVERRIDES, f"model.warmup.cache_dir={tmp_path / 'cache'}", "train.rounds=1"]
+    common = [*TINY_OVERRIDES, warmup_cache_override, "train.rounds=1"]
     assert selfplay("train", "configs/demo_cpu.yaml", *common, f"run.dir={run}").returncode == 0
     files = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file() and p.name != ".lock"}
     proc = hold_lock(run)
@@ -85,9 +86,9 @@ def test_a_live_run_refuses_train_and_resume_and_keeps_its_files(tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_refuses_an_edited_config_and_a_failed_start_begins_afresh(tmp_path):
+def test_resume_refuses_an_edited_config_and_a_failed_start_begins_afresh(tmp_path, warmup_cache_override):
     run = tmp_path / "run"
-    common = [*TINY_OVERRIDES, f"model.warmup.cache_dir={tmp_path / 'cache'}", "train.rounds=1"]
+    common = [*TINY_OVERRIDES, warmup_cache_override, "train.rounds=1"]
     assert selfplay("train", "configs/demo_cpu.yaml", *common, f"run.dir={run}").returncode == 0
     config = run / "config.yaml"
     config.write_text(config.read_text().replace("group_size: 4", "group_size: 6"))
