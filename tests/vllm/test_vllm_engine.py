@@ -32,9 +32,10 @@ ROUND = [
 ]
 
 
-def _train(tmp_path, overrides: list[str]) -> SelfPlayTrainer:
-    cfg = load_config("configs/demo_cpu.yaml", [f"run.dir={tmp_path / 'run'}",
-                                                 f"model.warmup.cache_dir={tmp_path / 'cache'}", *ROUND, *overrides])
+def _train(tmp_path, cache: Path, overrides: list[str]) -> SelfPlayTrainer:
+    """One round; ``cache`` is the session's warm-up cache (tests/conftest.py): each warm-up is built once."""
+    cfg = load_config("configs/demo_cpu.yaml", [f"run.dir={tmp_path / 'run'}", f"model.warmup.cache_dir={cache}",
+                                                 *ROUND, *overrides])
     trainer = SelfPlayTrainer(cfg)
     trainer.train()
     return trainer
@@ -77,8 +78,8 @@ def _metrics(trainer: SelfPlayTrainer) -> list[dict]:
     return [json.loads(line) for line in (trainer.rundir.path / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_round_on_tied_tiny_model(tmp_path):
-    trainer = _train(tmp_path, SMALL)
+def test_round_on_tied_tiny_model(tmp_path, warmup_cache):
+    trainer = _train(tmp_path, warmup_cache, SMALL)
     try:
         _same_as_hf(trainer)
         updates = [m for m in _metrics(trainer) if m.get("phase") == "update_solver"]
@@ -95,21 +96,21 @@ def test_round_on_tied_tiny_model(tmp_path):
         trainer.close()
 
 
-def test_round_on_untied_qwen2(tmp_path):
+def test_round_on_untied_qwen2(tmp_path, warmup_cache):
     tok = qwen_tokenizer()
     model = qwen_model(tok, layers=2, hidden=64, heads=2, kv_heads=1, tied=False)
     assert not model.config.tie_word_embeddings
     model.save_pretrained(tmp_path / "qwen")
     tok.save_pretrained(tmp_path / "qwen")
-    trainer = _train(tmp_path, [f"model.path={tmp_path / 'qwen'}", "solver.sampling.max_new_tokens=8"])
+    trainer = _train(tmp_path, warmup_cache, [f"model.path={tmp_path / 'qwen'}", "solver.sampling.max_new_tokens=8"])
     try:
         _same_as_hf(trainer)
     finally:
         trainer.close()
 
 
-def test_round_with_lora_adapters(tmp_path):
-    trainer = _train(tmp_path, [*SMALL, "model.lora.enabled=true", "model.lora.r=8", "curriculum.mode=selfplay",
+def test_round_with_lora_adapters(tmp_path, warmup_cache):
+    trainer = _train(tmp_path, warmup_cache, [*SMALL, "model.lora.enabled=true", "model.lora.r=8", "curriculum.mode=selfplay",
                                 "challenger.steps=1", "curriculum.band_low=0.0", "curriculum.band_high=1.0"])
     try:
         _same_as_hf(trainer)
@@ -141,10 +142,10 @@ def test_gpu_check_selfplay_round_on_vllm_dry_run(tmp_path):
         assert res["greedy_match"] == 1.0  # float32 on the CPU: the engine samples the updated weights exactly
 
 
-def test_round_under_zero3_gathers_each_weight_for_the_engine(tmp_path):
+def test_round_under_zero3_gathers_each_weight_for_the_engine(tmp_path, warmup_cache):
     """distributed.engine=deepspeed with ZeRO-3 partitions every weight (one rank here): the engine's pushes
     gather them one at a time, and it still samples what the updated solver samples."""
-    trainer = _train(tmp_path, [*SMALL, "distributed.engine=deepspeed", "distributed.zero_stage=3"])
+    trainer = _train(tmp_path, warmup_cache, [*SMALL, "distributed.engine=deepspeed", "distributed.zero_stage=3"])
     try:
         role = trainer.roles["solver"]
         assert any(hasattr(p, "ds_id") for p in role.model.parameters())  # partitioned
