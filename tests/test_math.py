@@ -51,6 +51,8 @@ def test_generated_word_problems_have_exact_answers():
         for _ in range(20):
             task = env.sample_task(level, rng)
             assert task.level == level and task.text.count("Then ") == level and task.answer
+            if level == 1:  # one step and no split: a whole number, what a small model can check
+                assert "splits" not in task.text and "/" not in task.answer
             assert env.score(task, f"Reasoning... so the answer is \\boxed{{{task.answer}}}.") == 1.0
             assert env.score(task, f"the answer is {task.answer}") == 0.0  # unboxed
     task = env.parse_proposal("<question>Half of one?</question>")

@@ -131,7 +131,7 @@ class Math:
         value = Fraction(rng.randint(2, 30))
         sentences = [f"{name} has {value} {stuff}."]
         for step in range(level):
-            op = rng.choice("+-*/" if step or level == 1 else "+-*")
+            op = rng.choice("+-*/" if step else "+-*")  # a split only after a first step: no fraction at level 1
             if op == "+":
                 n = rng.randint(1, 20)
                 sentences.append(f"Then {name} gets {n} more {stuff}.")
