@@ -42,7 +42,8 @@ export SELFPLAY_TESTS_WITHOUT
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 WORKERS=()
 if [ $# -eq 0 ] && [ "${SELFPLAY_TEST_WORKERS:-}" != 0 ]; then
-  WORKERS=(-n "${SELFPLAY_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}" --dist loadfile)
+  # --durations: the CI log shows where the suite's time goes
+  WORKERS=(-n "${SELFPLAY_TEST_WORKERS:-$(nproc 2>/dev/null || echo 2)}" --dist loadfile --durations=15)
 fi
 status=0
 python -m pytest -q "${WORKERS[@]}" "$@" || status=$?
