@@ -3,6 +3,7 @@ offline): chat prompts, majority pseudo-labels and their shares, label accuracy,
 keep their label; and the environment's parsing and generator on literal inputs."""
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,28 @@ def test_a_math_round_on_a_random_chat_model(tmp_path):
     assert fill["curriculum/label_checks"] == 4 and 0.0 <= fill["curriculum/label_accuracy"] <= 1.0
     assert "Pseudo-label accuracy" in (run / "dashboard.html").read_text()
     assert json.loads(selfplay("eval", run).stdout)["round"] == 1  # the checkpoint's solver, chat prompts again
+
+
+def test_math_probe_families_have_exact_one_step_answers():
+    """scripts/math_probe.py's problem families: one step each, worded as the environment words it, answered exactly."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("math_probe", Path(__file__).resolve().parents[1] / "scripts"
+                                                  / "math_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    env = make_env("math", num_levels=2)
+    rng = random.Random(0)
+    for name, make in probe.FAMILIES.items():
+        for _ in range(30):
+            task = make(rng)
+            numbers = [int(x) for x in re.findall(r"[0-9]+", task.text)]
+            assert task.text.count("Then ") == 1 and len(numbers) == 2, (name, task.text)
+            a, b = numbers
+            if "more" in task.text:
+                assert int(task.answer) == a + b
+            elif "uses" in task.text:
+                assert int(task.answer) == a - b >= 0
+            else:
+                assert int(task.answer) == a * b
+            assert env.score(task, f"\\boxed{{{task.answer}}}") == 1.0
