@@ -1,13 +1,10 @@
 """scripts/compare_curriculum.py's arithmetic on hand-built curves: interpolation at a token budget and
 the pairing of each arm with self-play at the lower of their budgets."""
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-spec = importlib.util.spec_from_file_location("compare_curriculum", Path(__file__).resolve().parents[1] / "scripts" / "compare_curriculum.py")
-cc = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(cc)
+from tests.script_loader import load_script
+
+cc = load_script("compare_curriculum")
 
 
 def points(tokens, values):

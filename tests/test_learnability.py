@@ -1,14 +1,12 @@
 """scripts/learnability.py: where greedy answers first go wrong, and the supervised bound's updates."""
-import importlib.util
 from pathlib import Path
 from types import SimpleNamespace
 
 from curriculum.config import load_config
 from curriculum.envs.ladder import Ladder
+from tests.script_loader import load_script
 
-spec = importlib.util.spec_from_file_location("learnability", Path(__file__).resolve().parents[1] / "scripts" / "learnability.py")
-lb = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(lb)
+lb = load_script("learnability")
 
 
 def attempt(text, score):

@@ -14,6 +14,7 @@ from curriculum.envs import InvalidProposal, make_env
 from solver.verifier import math_equal
 from tests.cli_runner import in_process
 from tests.hf_models import qwen_tokenizer, save_qwen
+from tests.script_loader import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "configs" / "math_cpu_smoke.yaml"
@@ -149,12 +150,7 @@ def test_a_math_round_on_a_random_chat_model(tmp_path):
 
 def test_math_probe_families_have_exact_one_step_answers():
     """scripts/math_probe.py's problem families: one step each, worded as the environment words it, answered exactly."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("math_probe", Path(__file__).resolve().parents[1] / "scripts"
-                                                  / "math_probe.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
+    probe = load_script("math_probe")
     env = make_env("math", num_levels=2)
     rng = random.Random(0)
     for name, make in probe.FAMILIES.items():
