@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from curriculum.envs.base import Task  # noqa: E402
 from curriculum.envs.math import NAMES, STUFF, Math  # noqa: E402
-from solver.verifier import extract_boxed, math_equal, vote  # noqa: E402
+from solver.verifier import vote  # noqa: E402
 
 
 def one_step(op: str, start: tuple[int, int], operand: tuple[int, int]):
@@ -82,11 +82,12 @@ def main() -> None:
                                      pad_token_id=tok.pad_token_id)
             texts = tok.batch_decode(out[:, enc.input_ids.shape[1]:], skip_special_tokens=True)
             for j, t in enumerate(batch):
-                answers = [extract_boxed(x) for x in texts[j * m:(j + 1) * m]]
+                group = texts[j * m:(j + 1) * m]  # graded by the environment's own rules, as in the loop
+                answers = [ENV.extract_answer(x) for x in group]
                 boxed += sum(a is not None for a in answers)
-                right += sum(a is not None and math_equal(a, t.answer) for a in answers)
-                label, _ = vote(answers, math_equal)
-                majority += label is not None and math_equal(label, t.answer)
+                right += sum(ENV.score(t, x) for x in group)
+                label, _ = vote(answers, ENV.same_answer)
+                majority += label is not None and ENV.same_answer(label, t.answer)
         n = len(tasks)
         print(f"{name:22s} sample {right / (n * m):.2f}  majority {majority / n:.2f}  boxed {boxed / (n * m):.2f}"
               f"  ({time.time() - start:.0f} s)", flush=True)
