@@ -138,8 +138,8 @@ def test_the_solver_calls_its_tools_in_the_loop(tmp_path, warmup_cache_override)
     and the answers are scored with and without the tools; then `selfplay eval` scores the same."""
     run = tmp_path / "tools"
     proc = selfplay("train", "configs/tools_cpu.yaml", warmup_cache_override,
-                    "model.warmup.steps=150", "model.warmup.batch_size=32", "solver.batch_prompts=4", "solver.group_size=4",
-                    "solver.steps=1", "eval.per_level=4", "train.rounds=1", "--run-dir", run)
+                    "model.warmup.steps=150", "model.warmup.batch_size=32", "solver.batch_prompts=4",
+                    "solver.group_size=4", "solver.steps=1", "eval.per_level=4", "train.rounds=1", "--run-dir", run)
     assert_quiet(proc)
     recs = metrics(run)
     (step,) = [r for r in recs if r["phase"] == "update_solver"]

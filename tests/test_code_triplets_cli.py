@@ -10,8 +10,8 @@ KINDS = ("deduction", "abduction", "induction")
 # The shipped config, shorter: a warm-up that still teaches the formats (some proposals are valid, so the
 # sandbox runs), one challenger group and one solver task per type and step.
 SMALL = ["model.warmup.steps=250", "model.warmup.batch_size=16", "challenger.batch_prompts=3", "solver.batch_prompts=3",
-         "solver.steps=1", "curriculum.fill_proposals=12", "curriculum.probe_samples=2", "eval.per_level=2", "log.progress=false",
-         "wandb.mode=disabled"]
+         "solver.steps=1", "curriculum.fill_proposals=12", "curriculum.probe_samples=2", "eval.per_level=2",
+         "log.progress=false", "wandb.mode=disabled"]
 
 
 @pytest.fixture

@@ -110,8 +110,9 @@ def test_round_on_untied_qwen2(tmp_path, warmup_cache):
 
 
 def test_round_with_lora_adapters(tmp_path, warmup_cache):
-    trainer = _train(tmp_path, warmup_cache, [*SMALL, "model.lora.enabled=true", "model.lora.r=8", "curriculum.mode=selfplay",
-                                "challenger.steps=1", "curriculum.band_low=0.0", "curriculum.band_high=1.0"])
+    trainer = _train(tmp_path, warmup_cache, [*SMALL, "model.lora.enabled=true", "model.lora.r=8",
+                                              "curriculum.mode=selfplay", "challenger.steps=1", "curriculum.band_low=0.0",
+                                              "curriculum.band_high=1.0"])
     try:
         _same_as_hf(trainer)
         engine = trainer.rollouts.engine
