@@ -140,39 +140,52 @@ ENGINE = sorted(m for m in MODULES if m.startswith("curriculum.engine") and m !=
 
 
 def _loaded_by(module: str, by_path: bool = False) -> set[str]:
-    """Project modules in sys.modules after importing ``module`` alone, in a fresh interpreter; ``by_path``
-    runs its file alone, without the packages above it (their ``__init__`` would count otherwise)."""
+    """Project modules in sys.modules after importing ``module`` (or several, separated by spaces) alone, in a
+    fresh interpreter; ``by_path`` runs its file alone, without the packages above it (their ``__init__`` would
+    count otherwise)."""
     load = (f"import importlib.util as u; s = u.spec_from_file_location('m', {str(MODULES[module])!r}); "
-            "m = sys.modules['m'] = u.module_from_spec(s); s.loader.exec_module(m)") if by_path else f"import {module}"
+            "m = sys.modules['m'] = u.module_from_spec(s); s.loader.exec_module(m)") if by_path else f"import {', '.join(module.split())}"
     code = f"import sys; {load}; print(' '.join(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     return {m for m in out.split() if m.split(".")[0] in PACKAGES}
 
 
+def _forbidden(module: str) -> list[str]:
+    return [f for prefix, fs in TRANSITIVE_FORBIDDEN.items() if module == prefix or module.startswith(prefix + ".")
+            for f in fs]
+
+
+def _reached(loaded: set[str], rules: list[str]) -> list[str]:
+    return sorted(m for m in loaded if any(m == f or m.startswith(f + ".") for f in rules))
+
+
 # Every fresh interpreter the tests below ask for, started a few at a time on the first call (each
-# spends its ~2 s importing torch on one core): the same interpreters, not one after another.
-FRESH = [(m, False) for m in [*ENGINE, "curriculum.config", "solver.role", "curriculum.trainer",
-                              "curriculum.config.paths"]] + [("curriculum.config.schema", True)]
+# spends seconds importing torch on one core). A package's modules are imported together, in one
+# interpreter: what all of them load together bounds what each loads alone.
+FRESH = [(" ".join(ENGINE), False)] + [(m, False) for m in ["curriculum.config", "solver.role", "curriculum.trainer",
+                                                           "curriculum.config.paths"]] + [("curriculum.config.schema", True)]
 _LOADED: dict[tuple[str, bool], set[str]] = {}
 
 
-def loaded_by(module: str, by_path: bool = False) -> set[str]:
+def loaded_by(modules: str, by_path: bool = False) -> set[str]:
     if not _LOADED:
         with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             _LOADED.update(zip(FRESH, pool.map(lambda args: _loaded_by(*args), FRESH)))
-    if (module, by_path) not in _LOADED:
-        _LOADED[module, by_path] = _loaded_by(module, by_path)
-    return _LOADED[module, by_path]
+    if (modules, by_path) not in _LOADED:
+        _LOADED[modules, by_path] = _loaded_by(modules, by_path)
+    return _LOADED[modules, by_path]
 
 
-@pytest.mark.parametrize("module", [*ENGINE, "curriculum.config"])
-def test_transitive_imports(module):
+@pytest.mark.parametrize("package", sorted(TRANSITIVE_FORBIDDEN))
+def test_transitive_imports(package):
     """What a package reaches through other modules counts too (curriculum.engine.grpo once loaded solver.tools
-    through the config)."""
-    rules = [f for prefix, fs in TRANSITIVE_FORBIDDEN.items() if module == prefix or module.startswith(prefix + ".")
-             for f in fs]
-    assert sorted(m for m in loaded_by(module) if any(m == f or m.startswith(f + ".") for f in rules)) == []
+    through the config). The whole package is imported at once; on a failure, module by module to name the culprit."""
+    modules = ENGINE if package == "curriculum.engine" else [package]
+    rules = _forbidden(package)
+    if _reached(loaded_by(" ".join(modules)), rules):
+        culprits = {m: _reached(_loaded_by(m), rules) for m in modules}
+        assert {m: r for m, r in culprits.items() if r} == {}
 
 
 def test_config_schema_reaches_nothing_of_the_project():
