@@ -25,6 +25,7 @@ import json
 import os
 import random
 import socket
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -81,6 +82,11 @@ class Dist(SingleProcess):
 
     def close(self) -> None:
         if torch.distributed.is_initialized():
+            # every rank done before any tears down: a rank leaving while another still talks to it
+            # aborted now and then at exit ("terminate called without an active exception"). Not while
+            # an exception unwinds (called from a finally): the other ranks may never reach the barrier.
+            if sys.exc_info()[0] is None:
+                torch.distributed.barrier()
             torch.distributed.destroy_process_group()
 
 
