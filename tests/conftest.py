@@ -84,3 +84,14 @@ def missing_tool(tool: str, message: str) -> None:
     if tool in os.environ.get("SELFPLAY_TESTS_WITHOUT", "").split():
         pytest.skip(f"{tool} is not installed (scripts/test.sh said how to get it)")
     pytest.fail(message)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with the most slow tests first, each file's tests in their order: under ``pytest -n N --dist
+    loadfile --no-loadscope-reorder`` (scripts/test.sh) the longest files start at once, not last on one
+    worker while the others idle."""
+    slow: dict[str, int] = {}
+    for item in items:
+        slow[item.fspath.strpath] = slow.get(item.fspath.strpath, 0) + (item.get_closest_marker("slow") is not None)
+    first_seen = {path: i for i, path in enumerate(dict.fromkeys(item.fspath.strpath for item in items))}
+    items.sort(key=lambda item: (-slow[item.fspath.strpath], first_seen[item.fspath.strpath]))
