@@ -27,6 +27,8 @@ POOL_DIFFICULTY = "curriculum/pool_difficulty"
 POOL_LEVEL = "curriculum/pool_level"  # quantiles: _mean, ...
 LABEL_ACCURACY = "curriculum/label_accuracy"
 LABEL_CHECKS = "curriculum/label_checks"
+LABEL_ACCURACY_IN_BAND = "curriculum/label_accuracy_in_band"  # over the checks whose vote share the band admits
+LABEL_CHECKS_IN_BAND = "curriculum/label_checks_in_band"
 PSEUDO_LABEL_ACCURACY = "curriculum/pseudo_label_accuracy"
 
 # ---- challenger (its GRPO step)

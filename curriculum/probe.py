@@ -57,7 +57,9 @@ class Prober:
     def check_labels(self, n: int, r: int, phase: str, step: int, log: TaskLog) -> dict[str, float]:
         """``curriculum.label_check_rate`` x ``n`` (at least one) labelled generator tasks, probed like
         proposals with their answers hidden; each check's majority label goes to ``log``, and
-        ``curriculum/label_accuracy`` is the share of the round's checks so far whose label is right."""
+        ``curriculum/label_accuracy`` is the share of the round's checks so far whose label is right;
+        ``curriculum/label_accuracy_in_band`` the same over the checks whose vote share is in the band, as
+        a proposal's would be to be accepted: the labels the solver would train on."""
         cc = self.cc
         if cc.label_check_rate == 0 or not self.solver.votes:
             return {}
@@ -73,5 +75,12 @@ class Prober:
             label = self.solver.grade(group)
             log.add_label_check(r, phase, t, label, rate(group), self.solver.same(label, t.answer))
         checks = log.label_checks()
-        accuracy = label_accuracy([c["label"] for c in checks], [c["task"]["answer"] for c in checks], self.solver.same)
-        return {M.LABEL_ACCURACY: accuracy, M.LABEL_CHECKS: len(checks)}
+        def accuracy(cs: list[dict]) -> float:
+            return label_accuracy([c["label"] for c in cs], [c["task"]["answer"] for c in cs], self.solver.same)
+
+        out = {M.LABEL_ACCURACY: accuracy(checks), M.LABEL_CHECKS: len(checks)}
+        in_band = [c for c in checks if cc.band_low <= c["solve_rate"] <= cc.band_high]
+        out[M.LABEL_CHECKS_IN_BAND] = len(in_band)
+        if in_band:
+            out[M.LABEL_ACCURACY_IN_BAND] = accuracy(in_band)
+        return out
