@@ -618,6 +618,8 @@ class _Dispatch:
             if worker not in self.inflight and worker.proc.poll() is not None:
                 worker.kill()
             if worker.dead:
+                if worker in self.inflight:  # died on a queued send: its jobs would wait forever
+                    self._fail(worker, "sandbox worker died; replaced")
                 self.held[i] = self.box._respawn(worker)
 
     def _dispatch(self) -> None:

@@ -455,6 +455,25 @@ def test_jobs_queued_behind_a_dying_worker_run_elsewhere(monkeypatch):
             ("ok", "%d\n" % i) for i in range(4)]
 
 
+def test_a_worker_dying_on_a_queued_send_fails_its_job_and_the_rest_run(monkeypatch):
+    """The worker dies as a job is queued behind the running one (the pipe breaks on the send): the running job
+    is killed, the others run on the replacement (this once spun for ever with the dead worker in flight)."""
+    real = _pool._Worker.send
+
+    def send(worker, frame, wait=True):
+        if not wait:  # the first queued send: the worker is busy with the sleep
+            os.killpg(worker.proc.pid, signal.SIGKILL)
+            monkeypatch.setattr(_pool._Worker, "send", real)
+            raise _pool._WorkerDied()
+        return real(worker, frame, wait)
+
+    with make_box(workers=1, timeout_s=SLOW_S) as sandbox:
+        monkeypatch.setattr(_pool._Worker, "send", send)
+        results = sandbox.run_many(["import time; time.sleep(600)"] + ["print(%d)" % i for i in range(3)])
+        assert results[0].status == "killed" and "worker died" in results[0].stderr
+        assert [(r.status, r.stdout) for r in results[1:]] == [("ok", "%d\n" % i) for i in range(3)]
+
+
 def test_large_requests_are_not_queued_ahead(box, monkeypatch):
     queued = _spy_sends(monkeypatch)
     big = "x = %r\nprint(len(x))" % ("a" * 8192)
