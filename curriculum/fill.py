@@ -10,7 +10,7 @@ import numpy as np
 from challenger.role import Proposal, per_type_stats, rejection_reasons
 from curriculum import metrics as M
 from curriculum.envs import Task
-from curriculum.pool import PoolEntry, TaskPool, quantiles
+from curriculum.pool import PoolEntry, TaskPool, in_band, quantiles
 
 log = logging.getLogger("selfplay")
 
@@ -30,7 +30,7 @@ def admit(pool: TaskPool, batch: list[Proposal], r: int, cc, held_out: set[str])
     accepted, added, mastered = [], [], 0
     for p in batch:
         fresh = p.valid and p.task.text not in held_out
-        ok = fresh and cc.band_low <= p.solve_rate <= cc.band_high
+        ok = fresh and in_band(p.solve_rate, cc.band_low, cc.band_high)
         accepted.append(ok)
         entry = PoolEntry(labelled(p, cc.pseudo_labels), p.solve_rate, r, p.completion.text) if fresh else None
         if ok and pool.add(entry):

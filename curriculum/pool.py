@@ -46,6 +46,11 @@ class PoolEntry:
         return entry
 
 
+def in_band(p: float, low: float, high: float) -> bool:
+    """Whether a solve rate is inside the band [low, high] (``curriculum.band_low``, ``band_high``), edges included."""
+    return low <= p <= high
+
+
 def near_band(p: float, m: int, low: float, high: float, z: float = 1.5) -> bool:
     """Whether a solve rate measured on ``m`` samples lies within ``z`` standard errors of a band edge
     (admission is then a coin flip: more samples decide it).

@@ -12,7 +12,7 @@ import numpy as np
 from challenger.role import Proposal
 from curriculum import metrics as M
 from curriculum.envs import Environment
-from curriculum.pool import near_band
+from curriculum.pool import in_band, near_band
 from curriculum.rollouts import Rollouts, derive_seed
 from curriculum.tasklog import TaskLog
 from solver.role import Attempt, Solver
@@ -79,8 +79,8 @@ class Prober:
             return label_accuracy([c["label"] for c in cs], [c["task"]["answer"] for c in cs], self.solver.same)
 
         out = {M.LABEL_ACCURACY: accuracy(checks), M.LABEL_CHECKS: len(checks)}
-        in_band = [c for c in checks if cc.band_low <= c["solve_rate"] <= cc.band_high]
-        out[M.LABEL_CHECKS_IN_BAND] = len(in_band)
-        if in_band:
-            out[M.LABEL_ACCURACY_IN_BAND] = accuracy(in_band)
+        admitted = [c for c in checks if in_band(c["solve_rate"], cc.band_low, cc.band_high)]
+        out[M.LABEL_CHECKS_IN_BAND] = len(admitted)
+        if admitted:
+            out[M.LABEL_ACCURACY_IN_BAND] = accuracy(admitted)
         return out
