@@ -618,8 +618,6 @@ class _Dispatch:
             if worker not in self.inflight and worker.proc.poll() is not None:
                 worker.kill()
             if worker.dead:
-                if worker in self.inflight:  # died on a queued send: its jobs would wait forever
-                    self._fail(worker, "sandbox worker died; replaced")
                 self.held[i] = self.box._respawn(worker)
 
     def _dispatch(self) -> None:
@@ -648,8 +646,8 @@ class _Dispatch:
         try:
             if not worker.send(frame, wait=not queued):
                 return  # the pipe is full: leave the job for later
-        except _WorkerDied:  # the job never started: run it elsewhere
-            worker.kill()
+        except _WorkerDied:  # this job never started: run it elsewhere; the worker's own jobs fail or requeue
+            self._fail(worker, "sandbox worker died; replaced")
             return
         self.queue.popleft()
         if not queued:
