@@ -5,42 +5,58 @@
 #   bash scripts/test.sh [pytest args]
 # A tool that cannot be installed here (not root with apt) is named in one line, and only the tests
 # that need it are skipped.
+set -uo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-source "$HERE/setup_env.sh" "[dev]"
-# The whole suite also needs the vLLM environment (minutes of downloads on a fresh machine): it is
-# built in the background, and its tests run there as soon as it is ready, beside the main suite
-# (they keep one core busy while the main suite's workers wait on their subprocesses).
-VLLM_JOB="" VLLM_LOG="${TMPDIR:-/tmp}/selfplay-vllm.$$.log"
+START=$SECONDS
+LOGS="${TMPDIR:-/tmp}/selfplay-test.$$"
+# The three set-ups are independent and mostly wait on downloads and unpacking, so they run at once:
+# the vLLM environment (its own venv; minutes on a fresh machine; its tests follow as soon as it is
+# ready, beside the main suite, keeping a core busy while the main suite's workers wait on their
+# subprocesses), the system tools (apt), and the main environment (in the foreground).
+VLLM_JOB=""
 if [ $# -eq 0 ]; then
-  echo "[test] building the vLLM environment and running its tests in the background (log: $VLLM_LOG)"
-  ( if ! bash "$HERE/test_vllm.sh" --install-only > "$VLLM_LOG.install" 2>&1; then
-      echo "[test] building the vLLM environment failed; its log, $VLLM_LOG.install, ends:"
-      tail -20 "$VLLM_LOG.install"
+  echo "[test] building the vLLM environment and running its tests in the background (log: $LOGS.vllm)"
+  ( if ! bash "$HERE/test_vllm.sh" --install-only > "$LOGS.vllm.install" 2>&1; then
+      echo "[test] building the vLLM environment failed; its log, $LOGS.vllm.install, ends:"
+      tail -20 "$LOGS.vllm.install"
       exit 1
     fi
-    bash "$HERE/test_vllm.sh" --durations=5 ) > "$VLLM_LOG" 2>&1 &
+    echo "[test] vLLM environment ready after $((SECONDS - START)) s"
+    bash "$HERE/test_vllm.sh" --durations=5 ) > "$LOGS.vllm" 2>&1 &
   VLLM_JOB=$!
 fi
-export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions}"
 
-# need COMMAND PACKAGE WHAT: install PACKAGE if COMMAND is missing (root with apt only), else say what is skipped.
+# TOOLS: command, apt package, what needs it. Missing ones are installed with apt (root only).
+TOOLS=("bwrap bubblewrap the sandbox's full isolation" "chromium chromium the dashboard in a browser")
+MISSING=()
+for tool in "${TOOLS[@]}"; do
+  read -r cmd pkg _ <<< "$tool"
+  command -v "$cmd" >/dev/null 2>&1 || MISSING+=("$pkg")
+done
+APT_JOB=""
+if [ ${#MISSING[@]} -gt 0 ] && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "[test] installing ${MISSING[*]} in the background"
+  ( apt-get install -y -qq --no-install-recommends "${MISSING[@]}" \
+      || { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${MISSING[@]}"; } ) \
+    > "$LOGS.apt" 2>&1 &
+  APT_JOB=$!
+fi
+
+# shellcheck source=setup_env.sh
+source "$HERE/setup_env.sh" "[dev]" || exit 1
+set +e
+[ -n "$APT_JOB" ] && wait "$APT_JOB"
 SELFPLAY_TESTS_WITHOUT=""
-need() {
-  command -v "$1" >/dev/null 2>&1 && return 0
-  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
-    echo "[test] installing $2 ($3)"
-    apt-get install -y -qq --no-install-recommends "$2" >/dev/null 2>&1 \
-      || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq --no-install-recommends "$2" >/dev/null 2>&1; } \
-      || true
+for tool in "${TOOLS[@]}"; do
+  read -r cmd pkg what <<< "$tool"
+  if ! command -v "$cmd" >/dev/null 2>&1; then
+    echo "[test] $pkg is missing, so the tests of $what are skipped; install it with: sudo apt-get install $pkg"
+    SELFPLAY_TESTS_WITHOUT="$SELFPLAY_TESTS_WITHOUT $cmd"
   fi
-  if ! command -v "$1" >/dev/null 2>&1; then
-    echo "[test] $2 is missing, so the tests of $3 are skipped; install it with: sudo apt-get install $2"
-    SELFPLAY_TESTS_WITHOUT="$SELFPLAY_TESTS_WITHOUT $1"
-  fi
-}
-need bwrap bubblewrap "the sandbox's full isolation"
-need chromium chromium "the dashboard in a browser"
+done
 export SELFPLAY_TESTS_WITHOUT
+export TORCH_EXTENSIONS_DIR="${TORCH_EXTENSIONS_DIR:-$HOME/.cache/torch_extensions}"
+echo "[test] set up in $((SECONDS - START)) s"
 
 # The whole suite on one pytest-xdist worker per core (SELFPLAY_TEST_WORKERS=0: none), a file to a
 # worker (tests of one file share module fixtures); each worker's torch gets its share of the cores
@@ -54,10 +70,12 @@ if [ $# -eq 0 ] && [ "${SELFPLAY_TEST_WORKERS:-}" != 0 ]; then
 fi
 status=0
 python -m pytest -q "${WORKERS[@]}" "$@" || status=$?
+echo "[test] main suite done after $((SECONDS - START)) s"
 # The vLLM engine's tests (scripts/test_vllm.sh, started above): their result follows the main suite's.
 if [ -n "$VLLM_JOB" ]; then
   wait "$VLLM_JOB" || status=$?
   echo "[test] the vLLM engine's tests (tests/vllm, in .venv-vllm):"
-  cat "$VLLM_LOG"
+  cat "$LOGS.vllm"
 fi
+echo "[test] done in $((SECONDS - START)) s"
 exit $status
