@@ -226,6 +226,20 @@ def _model(args) -> int:
     return 0
 
 
+def _model_warmup(args) -> int:
+    from curriculum.config import load_config
+    from curriculum.sft import Settings, warm_up_pretrained
+
+    cfg = load_config(args.config, args.overrides)
+    s = Settings(steps=args.steps, batch_size=args.batch_size, lr=args.lr, max_level=args.max_level, seed=cfg.run.seed)
+    if cfg.run.threads > 0:
+        import torch
+
+        torch.set_num_threads(cfg.run.threads)
+    print(warm_up_pretrained(cfg, s, progress=cfg.log.progress))  # the last line, as `model get`'s
+    return 0
+
+
 def _add_train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. train.rounds=4")
     p.add_argument("--run-dir", help="same as run.dir=...")
@@ -272,10 +286,20 @@ def build_parser() -> argparse.ArgumentParser:
     k = sub.add_parser("config-keys", help="every config key with its type, default and meaning")
     k.add_argument("--plain", action="store_true", help="tab-separated key, type, default, meaning; no header")
     k.set_defaults(fn=_keys)
-    m = sub.add_parser("model", help="get a known pretrained model: `model get smollm2-135m-instruct` prints its directory")
-    m.add_argument("action", choices=["get"])
-    m.add_argument("name", metavar="NAME", help="smollm2-135m-instruct")
-    m.set_defaults(fn=_model)
+    m = sub.add_parser("model", help="get a known pretrained model, or warm one up on an environment's generator")
+    actions = m.add_subparsers(dest="action", required=True, metavar="ACTION")
+    g = actions.add_parser("get", help="`model get smollm2-135m-instruct` prints its cached directory")
+    g.add_argument("name", metavar="NAME", help="smollm2-135m-instruct")
+    g.set_defaults(fn=_model)
+    w = actions.add_parser("warmup", help="supervised steps of model.path on the config's generator problems, "
+                                          "in the solver's prompt; prints the warmed-up model's directory")
+    w.add_argument("config", metavar="CONFIG.yaml")
+    w.add_argument("overrides", nargs="*", metavar="key=value", help="dotted overrides, e.g. env.kwargs.num_levels=3")
+    w.add_argument("--steps", type=int, default=60)
+    w.add_argument("--batch-size", type=int, default=8)
+    w.add_argument("--lr", type=float, default=5e-4)
+    w.add_argument("--max-level", type=int, default=0, help="teach levels 1..N (default: every level)")
+    w.set_defaults(fn=_model_warmup)
     return p
 
 

@@ -104,7 +104,8 @@ class Environment(Protocol):
         """The prompt the solver completes with an answer (text or messages)."""
 
     def format_answer(self, task: Task) -> str:
-        """The solver output for a correct answer (for the warm-up)."""
+        """The solver output for a correct answer (for the warm-up; ``worked_answer(task)``, optional,
+        is a worked one for a pretrained model's warm-up, ``selfplay model warmup``)."""
 
     def score(self, task: Task, completion: str) -> float:
         """Reward in [0, 1] of one solver completion against ``task.answer``."""

@@ -52,6 +52,10 @@ SOLVER_EXAMPLE = ("Sam has 7 marbles. Then Sam gets 5 more marbles. How many mar
                   "Sam starts with 7 marbles and gets 5 more: 7 + 5 = 12.\n\\boxed{12}")
 SOLVER_SYSTEM = "Please reason step by step, and put your final answer within \\boxed{}."
 
+# the generator's sentences (sample_task), read back by worked_answer
+_START = re.compile(r"\w+ has (\d+) ")
+_STEPS = [(re.compile(r"gets (\d+) more"), "+"), (re.compile(r"uses (\d+) "), "-"),
+          (re.compile(r"becomes (\d+) times as large"), "x"), (re.compile(r"into (\d+) parts"), "/")]
 _QUESTION = re.compile(r"<question>(.*?)</question>", re.DOTALL)
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goran", "Hana"]
@@ -110,6 +114,24 @@ class Math:
 
     def format_answer(self, task: Task) -> str:
         return f"\\boxed{{{task.answer}}}"
+
+    def worked_answer(self, task: Task) -> str:
+        """A generated problem solved one step a line (``7 + 5 = 12.``), then the boxed answer: what a
+        supervised warm-up teaches (``selfplay model warmup``). Text this generator did not write: the answer alone."""
+        start = _START.match(task.text)
+        if start is None:
+            return self.format_answer(task)
+        value, lines = Fraction(int(start.group(1))), []
+        for sentence in task.text.split(". ")[1:]:
+            for pattern, op in _STEPS:
+                if found := pattern.search(sentence):
+                    n = int(found.group(1))
+                    new = {"+": value + n, "-": value - n, "x": value * n, "/": value / n}[op]
+                    lines.append(f"{_fraction(value)} {op} {n} = {_fraction(new)}.")
+                    value = new
+        if _fraction(value) != task.answer:
+            return self.format_answer(task)
+        return "\n".join([*lines, self.format_answer(task)])
 
     def extract_answer(self, completion: str) -> str | None:
         """The last ``\\boxed{...}``'s content; None without one (an unboxed answer is no answer)."""
