@@ -70,6 +70,8 @@ SANDBOX_TIMEOUTS = "sandbox/timeouts"
 # ---- time and health
 ROUND_S = "time/round_s"
 SANDBOX_S = "time/sandbox_s"
+# a round's generation and scoring by purpose: proposals, probes (label checks included), training answers
+PROPOSE_S, PROBE_S, SOLVE_S = "time/propose_s", "time/probe_s", "time/solve_s"
 HEALTH = "health"  # alarm(name): 0/1 per round; alarm(name)/<value>: the numbers behind it
 HEALTH_ACTIVE = "health/active"
 STOP_REASON = "health/stop_reason"

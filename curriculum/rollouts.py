@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import time
 
 from challenger.role import Challenger, Proposal
+from curriculum import metrics as M
 from curriculum.config import Config, ToolUseConfig
 from curriculum.engine.distributed import run_sharded
 from curriculum.engine.policy import ROLES
@@ -72,6 +74,7 @@ class Rollouts:
         self.role_tools = {r: make_tools(getattr(cfg, r)) for r in ROLES}
         self.tools = self.role_tools["solver"]  # the solver's: eval and the solver's metrics use them
         self.sandbox_s = 0.0  # seconds the rollouts of both roles waited on tool calls (the trainer resets it)
+        self.seconds = dict.fromkeys((M.PROPOSE_S, M.PROBE_S, M.SOLVE_S), 0.0)  # the round's generation and scoring
         self._env_counts: dict[str, float] = {}  # the environment's counters at the last env_stats call
 
     def propose(self, prompts: list[str], parts: tuple, desc: str, kinds: list[str] | None = None) -> list[Proposal]:
@@ -82,8 +85,9 @@ class Rollouts:
             return self.challenger.propose([p for p, _ in items], self.sampler("challenger", seed, desc),
                                            kinds=[k for _, k in items])
 
-        items = list(zip(prompts, kinds or [""] * len(prompts)))
+        items, t0 = list(zip(prompts, kinds or [""] * len(prompts))), time.time()
         proposals = self.sharded(items, self.cfg.challenger.group_size, work, parts)
+        self.seconds[M.PROPOSE_S] += time.time() - t0
         self._count("challenger", [p.completion for p in proposals])
         self.sandbox_s += sum(getattr(p.completion, "sandbox_s", 0.0) for p in proposals)
         return proposals
@@ -94,7 +98,9 @@ class Rollouts:
         def work(items: list, seed: int) -> list[Attempt]:
             return self.solver.attempt(items, self.sampler("solver", seed, desc, temperature))
 
+        t0 = time.time()
         attempts = self.sharded([t for t in tasks for _ in range(m)], m, work, parts)
+        self.seconds[M.PROBE_S if desc == "probe" else M.SOLVE_S] += time.time() - t0
         self._count("solver", [a.completion for a in attempts])
         self.sandbox_s += sum(getattr(a.completion, "sandbox_s", 0.0) for a in attempts)
         return attempts
@@ -119,10 +125,16 @@ class Rollouts:
         self._env_counts = now
         return delta
 
+    def new_round(self) -> None:
+        self.sandbox_s = 0.0
+        self.seconds = dict.fromkeys(self.seconds, 0.0)
+
     def round_stats(self) -> dict[str, float]:
-        """The round's line of rollout costs: tokens so far, the environment's counters, time in tools."""
+        """The round's line of rollout costs: tokens so far, the environment's counters, time in tools, and
+        seconds spent generating and scoring proposals, probes and the solver's training answers."""
         tools = any(t is not None for t in self.role_tools.values())
-        return {**({"time/sandbox_s": self.sandbox_s} if tools else {}), **self.token_stats(), **self.env_stats()}
+        return {**({M.SANDBOX_S: self.sandbox_s} if tools else {}), **self.seconds, **self.token_stats(),
+                **self.env_stats()}
 
     def token_stats(self) -> dict[str, int]:
         return {f"{name}/generated_tokens": n for name, n in self.tokens.items()}

@@ -143,7 +143,7 @@ class SelfPlayTrainer:
         if self.stage == 0:
             self.task_log = TaskLog()
             self.source.new_round(r)
-            self.rollouts.sandbox_s = 0.0
+            self.rollouts.new_round()
         stages, every = self.stages(), self.cfg.checkpoint.every_steps
         for k in range(self.stage, len(stages)):
             self.run_stage(r, *stages[k])

@@ -48,6 +48,12 @@ def test_arm_logs_the_comparison_metrics_and_resumes_exactly(tmp_path, arm, warm
     assert [r["round"] for r in evals] == [0, 1, 2]
     for r in evals:
         assert {"eval/accuracy", "eval/mean_at_k", "eval/mean_at_k/tier_1", "eval/frontier_level"} <= set(r)
+    # where a round's time went: generation and scoring by purpose, inside the round's wall time
+    for rec in (json.loads(line) for line in (straight / "metrics.jsonl").read_text().splitlines()):
+        if rec["phase"] == "round":
+            spent = [rec["time/propose_s"], rec["time/probe_s"], rec["time/solve_s"]]
+            assert min(spent) >= 0 and rec["time/solve_s"] > 0 and sum(spent) <= rec["time/round_s"]
+            assert (rec["time/propose_s"] > 0) == (arm == "selfplay")
     if arm == "uniform_filtered":
         assert all(r["solver/groups_drawn"] >= 4 for r in solver)
     if arm == "adaptive":  # max_level=2: the generator arm never trains beyond it
