@@ -100,7 +100,7 @@ class Rollouts:
 
         t0 = time.time()
         attempts = self.sharded([t for t in tasks for _ in range(m)], m, work, parts)
-        self.seconds[M.PROBE_S if desc == "probe" else M.SOLVE_S] += time.time() - t0
+        self.seconds[M.PROBE_S if desc in ("probe", "label checks") else M.SOLVE_S] += time.time() - t0
         self._count("solver", [a.completion for a in attempts])
         self.sandbox_s += sum(getattr(a.completion, "sandbox_s", 0.0) for a in attempts)
         return attempts
