@@ -1,12 +1,15 @@
 """Rollout throughput, transformers' generate (rollout.engine=hf) vs the vLLM engine (rollout.engine=vllm).
 
     bash scripts/test_vllm.sh --co -q >/dev/null   # builds .venv-vllm once (or any env with vllm)
-    LD_PRELOAD=.venv-vllm/lib/libiomp5.so .venv-vllm/bin/python scripts/bench_rollout_engines.py
+    LD_PRELOAD=.venv-vllm/lib/libiomp5.so .venv-vllm/bin/python scripts/bench_rollout_engines.py \
+        [--model DIR [--lora]]
 
-The same random-init Qwen2 model (head size 32, so vLLM's CPU attention takes it), the same
+By default the same random-init Qwen2 model (head size 32, so vLLM's CPU attention takes it), the same
 GRPO-shaped batch (P prompts x G samples), alternating the two engines for ``--reps`` rounds
 in one process at one thread. A random model rarely writes its stop token, so nearly every
-row runs to ``--new-tokens``. Also timed: a weight push into the engine (what each update
+row runs to ``--new-tokens``. ``--model DIR``: a real model from a local directory instead (e.g.
+``selfplay model get smollm2-135m-instruct``), with ``--lora`` as the trainer holds it (two LoRA adapters,
+r 16, on one shared base: the engine serves the solver's). Also timed: a weight push into the engine (what each update
 costs it), and the greedy agreement of the two engines on the batch's prompts.
 Prints completion tokens/s per engine and the ratio vLLM / HF (wall and CPU time).
 """
@@ -40,24 +43,20 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--model", type=Path, help="a Hugging Face model directory instead of the random Qwen2")
+    ap.add_argument("--lora", action="store_true", help="with --model: the roles' LoRA adapters on a shared base")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     from curriculum.engine.vllm_engine import VLLMEngine
 
-    tok = build_tokenizer()
-    config = Qwen2Config(vocab_size=len(tok), hidden_size=args.hidden, intermediate_size=3 * args.hidden,
-                         num_hidden_layers=args.layers, num_attention_heads=args.hidden // 32, num_key_value_heads=2,
-                         max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
-                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    torch.manual_seed(0)
-    model = Qwen2ForCausalLM(config).eval()
-    role = Role("solver", model, None, None, None)
     with tempfile.TemporaryDirectory() as tmp:
-        cfg = load_config(None, ["rollout.engine=vllm", "run.device=cpu", f"run.dir={tmp}/run"])
+        overrides = ["rollout.engine=vllm", "run.device=cpu", f"run.dir={tmp}/run"]
+        if args.model:
+            overrides += [f"model.path={args.model}", *(["model.lora.enabled=true", "model.lora.r=16"] if args.lora else [])]
+        cfg = load_config(None, overrides)
+        tok, role, roles, what = model_and_role(args, cfg)
         t0 = time.perf_counter()
-        vllm = VLLMEngine(cfg, {"solver": role}, torch.device("cpu"))
+        vllm = VLLMEngine(cfg, roles, torch.device("cpu"))
         start_s = time.perf_counter() - t0
         hf = HFEngine()
         prompts = [f"Q: {i}+{2 * i + 1}=" for i in range(args.prompts)]
@@ -83,9 +82,8 @@ def main() -> None:
         same = sum(a.completion_ids == b.completion_ids for a, b in
                    zip(vllm.generate(role, tok, prompts, **greedy), hf.generate(role, tok, prompts, **greedy)))
         vllm.close()
-    n = sum(p.numel() for p in model.parameters())
-    print(f"Qwen2 {n / 1e6:.2f}M parameters (hidden {args.hidden}, {args.layers} layers), {args.prompts} prompts x "
-          f"{args.group} samples, {args.new_tokens} new tokens, {args.reps} alternating reps, 1 thread")
+    print(f"{what}, {args.prompts} prompts x {args.group} samples, {args.new_tokens} new tokens, {args.reps} "
+          f"alternating reps, 1 thread")
     print(f"{'engine':<8}{'tokens':>9}{'wall s':>9}{'cpu s':>9}{'tok/s wall':>12}{'tok/s cpu':>11}")
     rate = {}
     for name, (tokens, wall, cpu) in totals.items():
@@ -95,6 +93,33 @@ def main() -> None:
           f"{rate['vllm'][1] / rate['hf'][1]:.2f}x CPU time")
     print(f"engine start {start_s:.1f} s; weight push {min(pushes) * 1e3:.1f}-{max(pushes) * 1e3:.1f} ms; "
           f"greedy completions equal to HF: {same}/{len(prompts)}")
+
+
+def model_and_role(args, cfg):
+    """The tokenizer, the solver's role, all roles and a line naming the model."""
+    if args.model:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from curriculum.engine.policy import build_roles
+
+        tok = AutoTokenizer.from_pretrained(args.model)
+        base = AutoModelForCausalLM.from_pretrained(args.model).eval()
+        n = sum(p.numel() for p in base.parameters())
+        roles = build_roles(cfg, base, torch.device("cpu"))
+        what = f"{args.model.name} {n / 1e6:.1f}M parameters" + (" + LoRA r 16 (the solver's adapter)" if args.lora else "")
+        return tok, roles["solver"], roles, what
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tok = build_tokenizer()
+    config = Qwen2Config(vocab_size=len(tok), hidden_size=args.hidden, intermediate_size=3 * args.hidden,
+                         num_hidden_layers=args.layers, num_attention_heads=args.hidden // 32, num_key_value_heads=2,
+                         max_position_embeddings=512, tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(config).eval()
+    n = sum(p.numel() for p in model.parameters())
+    role = Role("solver", model, None, None, None)
+    return tok, role, {"solver": role}, f"Qwen2 {n / 1e6:.2f}M parameters (hidden {args.hidden}, {args.layers} layers)"
 
 
 if __name__ == "__main__":
